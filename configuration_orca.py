@@ -1,0 +1,139 @@
+"""ORCA model configuration.
+
+ORCA (Open-ended Response Correctness Assessment, arXiv 2512.09066) predicts the distribution of the 1-5
+correctness ratings that human annotators would give a candidate answer. This config holds the backbone's own
+config as a nested sub-config, the likelihood of the head, the pooling, and the input template: the template
+lives here (not in a tokenizer or a training script) so that a checkpoint on the Hub formats its input exactly as
+it was trained, with nothing but this file and modeling_orca.py.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+SCORE_TYPES = ("beta", "multinomial", "bernoulli")
+POOLINGS = ("last", "mean", "cls")
+TEMPLATE_FIELDS = ("question", "reference", "rationale", "transcript", "candidate")
+REFERENCE_MODES = ("join", "max")
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"OrcaConfig.{name}={value!r} is not supported; allowed values: {', '.join(allowed)}")
+
+
+@strict
+class OrcaConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`OrcaForCorrectnessDistribution`].
+
+    Args:
+        backbone_config (`dict` or `PreTrainedConfig`):
+            Config of the pre-trained LM (any model type `AutoConfig` knows: llama, olmo2, gemma3_text, qwen2,
+            bert, ...). Its base model (`AutoModel`) is used: no vocabulary projection is ever computed.
+        score_type (`str`): likelihood of the head. `"beta"`: 2 outputs (log alpha, log beta) of a Beta over
+            ratings scaled to [0, 1]; `"multinomial"`: one logit per rating; `"bernoulli"`: 1 logit, the mean
+            rating scaled to [0, 1] (mean only, the paper's baseline).
+        pooling (`str`): `"last"` (last non-pad token, the paper's choice for decoders), `"mean"` or `"cls"`
+            (first non-pad token, for encoders).
+        rating_min, rating_max (`int`): the Likert scale, 1..5 in the paper. Means and variances are reported on it.
+        template_fields (`list[str]`): fields of a record that make up the input, in order. Leave out `question`,
+            `rationale` or `transcript` for input ablations; `candidate` is required.
+        field_labels (`dict[str, str]`): text put before each field's value.
+        field_separator (`str`): text between fields (the paper's separator tokens).
+        template_prefix (`str`): text before the first field.
+        skip_empty_fields (`bool`): leave out a field (label included) whose value is empty.
+        add_special_tokens (`bool`): let the tokenizer add BOS/CLS/SEP tokens.
+        max_chars (`int`): the paper's data rule: instances with any text over this many characters are dropped
+            from training data. At scoring time longer texts are scored with a warning (see `max_length`).
+        max_length (`int`): token budget of one input. Longer inputs are cut field by field in
+            `truncation_order`, so the candidate is cut last.
+        truncation_order (`list[str]`): which fields give up tokens first.
+        reference_mode (`str`): how a list of acceptable reference answers is used. `"join"`: all in one input,
+            at most `max_joined_references` of them and `max_reference_chars` characters; `"max"`: one forward pass
+            per reference, keeping the distribution with the highest mean.
+        reference_joiner (`str`): text between joined references.
+        clamp (`bool`), clamp_margin (`float`), clamp_variance_threshold (`float`): the reference release's
+            clamping of confident scores to exactly 0 or 1 (off by default).
+        head_init_gain (`float`), head_init_bias (`float`): xavier-normal gain and constant bias of the head.
+        beta_epsilon (`float`): ratings scaled to [0, 1] are clamped to [eps, 1 - eps] so ratings 1 and 5 have a
+            finite Beta log-density.
+        beta_log_param_limit (`float`): log alpha and log beta are clamped to +-this so extreme logits give finite
+            losses and statistics.
+    """
+
+    model_type = "orca"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="llama")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    score_type: Literal["beta", "multinomial", "bernoulli"] = "multinomial"
+    pooling: Literal["last", "mean", "cls"] = "last"
+    rating_min: int = 1
+    rating_max: int = 5
+    template_fields: list[str] | tuple[str, ...] = ("question", "reference", "rationale", "transcript", "candidate")
+    field_labels: dict[str, str] | None = None
+    field_separator: str = "\n"
+    template_prefix: str = ""
+    skip_empty_fields: bool = True
+    add_special_tokens: bool = True
+    max_chars: int = 1000
+    max_length: int = 512
+    truncation_order: list[str] | tuple[str, ...] = ("rationale", "transcript", "question", "reference", "candidate")
+    reference_mode: Literal["join", "max"] = "join"
+    reference_joiner: str = " / "
+    max_joined_references: int = 8
+    max_reference_chars: int = 400
+    clamp: bool = False
+    clamp_margin: float = 0.125
+    clamp_variance_threshold: float | None = None
+    head_init_gain: float = 0.01
+    head_init_bias: float = 0.0
+    beta_epsilon: float = 1e-3
+    beta_log_param_limit: float = 15.0
+
+    def __post_init__(self, **kwargs):
+        if self.field_labels is None:
+            self.field_labels = {
+                "question": "Question: ",
+                "reference": "Reference answer: ",
+                "rationale": "Audio description: ",
+                "transcript": "Transcript: ",
+                "candidate": "Candidate answer: ",
+            }
+        self.template_fields = list(self.template_fields)
+        self.truncation_order = list(self.truncation_order)
+        # checked here rather than in a `validate_*` hook so users get a plain ValueError at construction
+        self._check_orca_fields()
+        super().__post_init__(**kwargs)
+
+    def _check_orca_fields(self):
+        _check_choice("score_type", self.score_type, SCORE_TYPES)
+        _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("reference_mode", self.reference_mode, REFERENCE_MODES)
+        for field in list(self.template_fields) + list(self.truncation_order) + list(self.field_labels):
+            _check_choice("template field", field, TEMPLATE_FIELDS)
+        if "candidate" not in self.template_fields:
+            raise ValueError("OrcaConfig.template_fields must include 'candidate'")
+        if len(set(self.template_fields)) != len(self.template_fields):
+            raise ValueError(f"OrcaConfig.template_fields has a repeated field: {self.template_fields}")
+        if self.rating_max <= self.rating_min:
+            raise ValueError(f"OrcaConfig needs rating_min < rating_max, got {self.rating_min}..{self.rating_max}")
+        if not 0 < self.beta_epsilon < 0.5:
+            raise ValueError(f"OrcaConfig.beta_epsilon must be in (0, 0.5), got {self.beta_epsilon}")
+        if self.max_length < 8 or self.max_chars < 1 or self.max_joined_references < 1:
+            raise ValueError("OrcaConfig.max_length must be >= 8, max_chars and max_joined_references >= 1")
+
+    @property
+    def num_ratings(self) -> int:
+        return self.rating_max - self.rating_min + 1
+
+    @property
+    def num_head_outputs(self) -> int:
+        return {"beta": 2, "multinomial": self.num_ratings, "bernoulli": 1}[self.score_type]
+
+
+__all__ = ["OrcaConfig"]

@@ -1,0 +1,256 @@
+"""Agreement between predicted and human 1-5 Likert correctness ratings (the ORCA paper's metrics).
+
+Everything is computed from a per-item count matrix of the human ratings (n, 5), so the item bootstrap is
+a cheap row resample and the mean, population variance and likelihood of the ratings share one source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+RATINGS = np.arange(1, 6, dtype=float)
+# Metrics that get a bootstrap interval; `n` and `n_variance` are counts, not estimates.
+METRIC_KEYS = (
+    "spearman",
+    "kendall",
+    "mae_mean",
+    "mae_mean_norm",
+    "mae_variance",
+    "mae_variance_norm",
+    "nll",
+    "roc_auc",
+)
+_PROB_EPS = 1e-12  # a zero predicted probability would give an infinite NLL that swamps the mean
+
+
+def ratings_to_counts(human_ratings: Sequence[Sequence[int]]) -> np.ndarray:
+    """(n, 5) matrix: counts[i, k] = how many annotators gave item i the rating k + 1."""
+    counts = np.zeros((len(human_ratings), 5), dtype=float)
+    for i, item in enumerate(human_ratings):
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence | np.ndarray):
+            raise TypeError(f"human_ratings[{i}] must be a list of ratings, got {type(item).__name__}")
+        values = np.asarray(item, dtype=float)
+        if values.size == 0:
+            raise ValueError(f"human_ratings[{i}] is empty: every item needs at least one rating")
+        if not np.all(np.isin(values, RATINGS)):
+            raise ValueError(f"human_ratings[{i}] = {list(item)}: ratings must be integers in 1..5")
+        counts[i] = np.bincount(values.astype(int) - 1, minlength=5)
+    return counts
+
+
+def _vector(name: str, values, n: int | None = None, allow_nan: bool = False) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(f"{name} has {arr.shape[0]} items but pred_mean has {n}")
+    bad = ~np.isfinite(arr) & ~(allow_nan & np.isnan(arr))
+    if bad.any():
+        raise ValueError(f"{name} holds non-finite values at positions {np.flatnonzero(bad)[:10].tolist()}")
+    return arr
+
+
+def _is_constant(x: np.ndarray) -> bool:
+    return x.size < 2 or bool(np.all(x == x[0]))
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Pearson correlation of average ranks; None where undefined (n < 2 or a constant side)."""
+    if _is_constant(x) or _is_constant(y):
+        return None
+    rx, ry = stats.rankdata(x), stats.rankdata(y)
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def kendall(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Kendall tau-b (tie-corrected, as ratings have many ties); None where undefined."""
+    if _is_constant(x) or _is_constant(y):
+        return None
+    return float(stats.kendalltau(x, y, variant="b").statistic)
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
+    """Mann-Whitney form of the ROC AUC (ties count one half); None when one class is missing."""
+    labels = labels.astype(bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = stats.rankdata(scores)
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _binary_labels(
+    human_mean: np.ndarray, counts: np.ndarray | None
+) -> np.ndarray | None:
+    """Labels when the human side is binary (correct / incorrect), else None."""
+    if counts is not None:
+        binary = bool(np.all(counts[:, 1:4] == 0))
+    else:
+        binary = bool(np.all(np.isin(human_mean, (1.0, 5.0))))
+    return human_mean >= 3.0 if binary else None
+
+
+def _point_metrics(
+    pred_mean: np.ndarray,
+    human_mean: np.ndarray,
+    pred_variance: np.ndarray | None,
+    human_variance: np.ndarray | None,
+    variance_mask: np.ndarray,
+    counts: np.ndarray | None,
+    pred_probs: np.ndarray | None,
+    labels: np.ndarray | None,
+) -> dict:
+    out: dict = {
+        "n": int(pred_mean.size),
+        "spearman": spearman(pred_mean, human_mean),
+        "kendall": kendall(pred_mean, human_mean),
+    }
+    mae = float(np.mean(np.abs(pred_mean - human_mean))) if pred_mean.size else None
+    out["mae_mean"] = mae
+    out["mae_mean_norm"] = None if mae is None else mae / 4.0  # [1,5] -> [0,1] divides by the range 4
+
+    n_var = int(variance_mask.sum())
+    out["n_variance"] = n_var
+    if pred_variance is not None and human_variance is not None and n_var > 0:
+        mae_v = float(np.mean(np.abs(pred_variance[variance_mask] - human_variance[variance_mask])))
+        out["mae_variance"], out["mae_variance_norm"] = mae_v, mae_v / 16.0  # variance scales with range**2
+    else:
+        out["mae_variance"] = out["mae_variance_norm"] = None
+
+    if pred_probs is not None and counts is not None and counts.sum() > 0:
+        log_p = np.log(np.clip(pred_probs, _PROB_EPS, None))
+        out["nll"] = float(-(counts * log_p).sum() / counts.sum())
+    else:
+        out["nll"] = None
+
+    out["roc_auc"] = roc_auc(labels, pred_mean) if labels is not None else None
+    return out
+
+
+def compute_metrics(
+    pred_mean,
+    *,
+    human_ratings: Sequence[Sequence[int]] | None = None,
+    human_mean=None,
+    human_variance=None,
+    pred_variance=None,
+    pred_probs=None,
+    min_ratings_for_variance: int = 3,
+    bootstrap: int = 0,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """Compare predicted rating distributions with human ratings.
+
+    Args:
+        pred_mean: (n,) predicted mean rating on the [1, 5] scale.
+        human_ratings: per item, the list of individual human ratings (integers 1..5). Give either this or
+            `human_mean`.
+        human_mean: (n,) human mean rating per item, when individual ratings are not available.
+        human_variance: (n,) human population variance per item (NaN = unknown); only with `human_mean`.
+        pred_variance: (n,) predicted variance on the [1, 5] scale.
+        pred_probs: (n, 5) predicted probabilities of ratings 1..5 (rows must sum to 1); needs
+            `human_ratings` for the NLL.
+        min_ratings_for_variance: items with fewer human ratings are left out of the variance metrics,
+            because the variance of one or two ratings says little about annotator disagreement.
+        bootstrap: number of item-level bootstrap resamples for confidence intervals (0 = none).
+        confidence: coverage of the percentile intervals.
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        dict with `n`, `spearman`, `kendall` (tau-b), `mae_mean`, `mae_mean_norm` (= mae_mean / 4),
+        `n_variance`, `mae_variance`, `mae_variance_norm` (= mae_variance / 16), `nll` (mean over all
+        individual human ratings of -log p(rating)), `roc_auc` (only when every human label is 1 or 5;
+        positive = mean >= 3) and, when `bootstrap > 0`, `ci`: {metric: (low, high)}. A metric that is
+        undefined or lacks its inputs is None.
+    """
+    pred_mean = _vector("pred_mean", pred_mean)
+    n = pred_mean.shape[0]
+    if (human_ratings is None) == (human_mean is None):
+        raise ValueError("give exactly one of human_ratings (individual ratings) or human_mean")
+    if min_ratings_for_variance < 1:
+        raise ValueError(f"min_ratings_for_variance must be >= 1, got {min_ratings_for_variance}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap must be >= 0, got {bootstrap}")
+
+    counts = None
+    if human_ratings is not None:
+        if human_variance is not None:
+            raise ValueError("human_variance is computed from human_ratings; do not pass both")
+        if len(human_ratings) != n:
+            raise ValueError(f"human_ratings has {len(human_ratings)} items but pred_mean has {n}")
+        counts = ratings_to_counts(human_ratings)
+        totals = counts.sum(axis=1)
+        h_mean = counts @ RATINGS / totals
+        h_var = counts @ RATINGS**2 / totals - h_mean**2  # population variance (ddof=0)
+        h_var = np.clip(h_var, 0.0, None)  # float cancellation can leave -1e-16
+        variance_mask = totals >= min_ratings_for_variance
+    else:
+        h_mean = _vector("human_mean", human_mean, n)
+        h_var = None
+        variance_mask = np.zeros(n, dtype=bool)
+        if human_variance is not None:
+            h_var = _vector("human_variance", human_variance, n, allow_nan=True)
+            variance_mask = ~np.isnan(h_var)
+            h_var = np.nan_to_num(h_var)
+    if h_var is None:
+        variance_mask = np.zeros(n, dtype=bool)
+
+    p_var = None if pred_variance is None else _vector("pred_variance", pred_variance, n)
+    probs = None
+    if pred_probs is not None:
+        probs = np.asarray(pred_probs, dtype=float)
+        if probs.shape != (n, 5):
+            raise ValueError(f"pred_probs must have shape ({n}, 5), got {probs.shape}")
+        if not np.all(np.isfinite(probs)) or np.any(probs < 0):
+            raise ValueError("pred_probs must be finite and non-negative")
+        if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
+            raise ValueError("each row of pred_probs must sum to 1 (probabilities of ratings 1..5)")
+    labels = _binary_labels(h_mean, counts)
+
+    def metrics_on(idx: np.ndarray | slice) -> dict:
+        return _point_metrics(
+            pred_mean[idx],
+            h_mean[idx],
+            None if p_var is None else p_var[idx],
+            None if h_var is None else h_var[idx],
+            variance_mask[idx],
+            None if counts is None else counts[idx],
+            None if probs is None else probs[idx],
+            None if labels is None else labels[idx],
+        )
+
+    result = metrics_on(slice(None))
+    if bootstrap > 0:
+        result["ci"] = _bootstrap_ci(metrics_on, result, n, bootstrap, confidence, seed)
+    return result
+
+
+def _bootstrap_ci(metrics_on, point: dict, n: int, n_boot: int, confidence: float, seed: int) -> dict:
+    """Percentile intervals from resampling items with replacement.
+
+    Resamples where a metric is undefined (e.g. a constant resample for a correlation) are skipped for that
+    metric only; a metric undefined on the full data gets no interval.
+    """
+    keys = [k for k in METRIC_KEYS if point[k] is not None]
+    if n == 0:
+        return {k: None for k in METRIC_KEYS}
+    rng = np.random.default_rng(seed)
+    samples: dict[str, list[float]] = {k: [] for k in keys}
+    for _ in range(n_boot):
+        draw = metrics_on(rng.integers(0, n, size=n))
+        for k in keys:
+            if draw[k] is not None:
+                samples[k].append(draw[k])
+    alpha = (1.0 - confidence) / 2.0
+    ci: dict[str, tuple[float, float] | None] = {k: None for k in METRIC_KEYS}
+    for k in keys:
+        if samples[k]:
+            low, high = np.quantile(samples[k], [alpha, 1.0 - alpha])
+            ci[k] = (float(low), float(high))
+    return ci

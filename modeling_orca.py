@@ -1,0 +1,445 @@
+"""ORCA: a pre-trained LM + one linear layer that predicts the distribution of human correctness ratings.
+
+x = [question; reference; rationale; transcript; candidate] -> backbone (base model, no vocabulary logits) ->
+final hidden state at one position (the last real token by default) -> Linear -> parameters of a likelihood of the
+1-5 ratings (Beta, Multinomial or Bernoulli). This file and configuration_orca.py are everything a Hub checkpoint
+needs: the input formatter, truncation, batching and the scoring path (`predict`) all live here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput, logging
+
+try:  # loaded by transformers from a Hub snapshot: the config sits beside this file
+    from .configuration_orca import OrcaConfig
+except ImportError:  # imported from the repository / an installed package
+    from configuration_orca import OrcaConfig
+
+logger = logging.get_logger(__name__)
+
+RATING_PAD = -100  # padding value of the `ratings` tensor (the usual ignore-index of transformers labels)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input formatting: the one formatter used by training, evaluation, the CLI and the leaderboard
+
+
+def _text(record: dict, field: str) -> str:
+    value = record.get(field)
+    if value is None and field == "transcript":
+        value = record.get("transcription")  # the reference release's name for it
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"record {record.get('id', '?')!r}: field {field!r} must be a string, got {type(value).__name__}")
+    return value.strip()
+
+
+def reference_list(record: dict) -> list[str]:
+    """The acceptable reference answers of a record: one string or a list of aliases."""
+    if "reference" not in record or record["reference"] is None:
+        raise ValueError(f"record {record.get('id', '?')!r}: missing field 'reference'")
+    refs = record["reference"]
+    refs = [refs] if isinstance(refs, str) else list(refs)
+    if not all(isinstance(r, str) for r in refs):
+        raise TypeError(f"record {record.get('id', '?')!r}: field 'reference' must be a string or a list of strings")
+    refs = [r.strip() for r in refs if r.strip()]
+    if not refs:
+        raise ValueError(f"record {record.get('id', '?')!r}: field 'reference' is empty")
+    return refs
+
+
+def join_references(refs: list[str], config: OrcaConfig) -> str:
+    """All aliases in one bounded string, so a list of 20 aliases cannot crowd out the candidate."""
+    kept = refs[:1]
+    length = len(refs[0])
+    for ref in refs[1 : config.max_joined_references]:
+        length += len(config.reference_joiner) + len(ref)
+        if length > config.max_reference_chars:
+            break
+        kept.append(ref)
+    return config.reference_joiner.join(kept)
+
+
+def input_fields(record: dict, config: OrcaConfig, reference: str | None = None) -> dict[str, str]:
+    """The texts of the template fields of one input; `reference` picks one alias (reference_mode='max')."""
+    if "candidate" not in record or record["candidate"] is None:
+        raise ValueError(f"record {record.get('id', '?')!r}: missing field 'candidate'")
+    fields = {}
+    for name in config.template_fields:
+        if name == "reference":
+            fields[name] = reference if reference is not None else join_references(reference_list(record), config)
+        elif name == "question" and "question" not in record:
+            raise ValueError(f"record {record.get('id', '?')!r}: missing field 'question'")
+        else:
+            fields[name] = _text(record, name)
+    return fields
+
+
+def render_fields(fields: dict[str, str], config: OrcaConfig) -> str:
+    parts = [
+        config.field_labels.get(name, "") + value
+        for name, value in fields.items()
+        if value or not config.skip_empty_fields or name == "candidate"
+    ]
+    return config.template_prefix + config.field_separator.join(parts)
+
+
+def format_input(record: dict, config: OrcaConfig, reference: str | None = None) -> str:
+    """The model's input text for a record (a dict with question, reference, rationale, candidate, transcript)."""
+    return render_fields(input_fields(record, config, reference), config)
+
+
+def input_variants(record: dict, config: OrcaConfig) -> list[dict[str, str]]:
+    """One input for reference_mode='join'; one per alias for 'max'."""
+    if config.reference_mode == "max" and "reference" in config.template_fields:
+        return [input_fields(record, config, ref) for ref in reference_list(record)]
+    return [input_fields(record, config)]
+
+
+def encode_fields(fields_list: list[dict[str, str]], tokenizer, config: OrcaConfig) -> list[list[int]]:
+    """Token ids of each input, cut to `config.max_length` field by field in `config.truncation_order`."""
+    texts = [render_fields(f, config) for f in fields_list]
+    all_ids = tokenizer(texts, add_special_tokens=config.add_special_tokens)["input_ids"]
+    for i, ids in enumerate(all_ids):
+        if len(ids) > config.max_length:
+            all_ids[i] = _truncate(dict(fields_list[i]), tokenizer, config)
+    return all_ids
+
+
+def _truncate(fields: dict[str, str], tokenizer, config: OrcaConfig) -> list[int]:
+    def encode(f):
+        return tokenizer(render_fields(f, config), add_special_tokens=config.add_special_tokens)["input_ids"]
+
+    ids = encode(fields)
+    for name in config.truncation_order:
+        excess = len(ids) - config.max_length
+        if excess <= 0:
+            break
+        if not fields.get(name):
+            continue
+        tokens = tokenizer(fields[name], add_special_tokens=False)["input_ids"]
+        # a few tokens of slack: text re-tokenised at the cut may merge differently
+        fields[name] = tokenizer.decode(tokens[: max(0, len(tokens) - excess - 2)]).strip()
+        ids = encode(fields)
+    return ids[: config.max_length]  # only the labels alone can still exceed the budget
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The three likelihoods: statistics on the rating scale and the negative log-likelihood of individual ratings
+
+
+def _beta_params(logits: torch.Tensor, config: OrcaConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    log_ab = logits.float().clamp(-config.beta_log_param_limit, config.beta_log_param_limit)
+    return log_ab[..., 0].exp(), log_ab[..., 1].exp()
+
+
+def _beta_bin_probs(alpha: torch.Tensor, beta: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """Beta mass of each of `num_bins` equal parts of [0, 1] (no autograd: scipy's regularised incomplete beta)."""
+    from scipy.special import betainc
+
+    a = alpha.detach().double().cpu().numpy()[:, None]
+    b = beta.detach().double().cpu().numpy()[:, None]
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64).numpy()[None, 1:-1]
+    cdf = torch.from_numpy(betainc(a, b, edges))  # (B, num_bins - 1)
+    cdf = torch.cat([torch.zeros_like(cdf[:, :1]), cdf, torch.ones_like(cdf[:, :1])], dim=1)
+    return cdf.diff(dim=1).clamp_min(0).to(device=alpha.device, dtype=torch.float32)
+
+
+def distribution_statistics(logits: torch.Tensor, config: OrcaConfig):
+    """(mean, variance, probs) on the rating scale; variance and probs are None for Bernoulli."""
+    lo, span, k = config.rating_min, config.rating_max - config.rating_min, config.num_ratings
+    if config.score_type == "beta":
+        alpha, beta = _beta_params(logits, config)
+        total = alpha + beta
+        mean = lo + span * alpha / total
+        variance = span**2 * alpha * beta / (total**2 * (total + 1))
+        return mean, variance, _beta_bin_probs(alpha, beta, k)
+    if config.score_type == "multinomial":
+        probs = logits.float().softmax(-1)  # (B, K)
+        values = torch.arange(lo, lo + k, device=logits.device, dtype=probs.dtype)
+        mean = probs @ values
+        variance = (probs * (values - mean[:, None]) ** 2).sum(-1)
+        return mean, variance, probs
+    phi = torch.sigmoid(logits.float()[..., 0])
+    return lo + span * phi, None, None
+
+
+def check_ratings(ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
+    """Mask of real ratings; raises on a value outside the scale or an item without ratings."""
+    if ratings.dtype.is_floating_point or ratings.dtype == torch.bool:
+        raise TypeError(f"ratings must be an integer tensor (padding {RATING_PAD}), got {ratings.dtype}")
+    present = ratings != RATING_PAD
+    bad = present & ((ratings < config.rating_min) | (ratings > config.rating_max))
+    if bad.any():
+        row, col = bad.nonzero()[0].tolist()
+        raise ValueError(
+            f"rating {ratings[row, col].item()} (item {row}, position {col}) is outside "
+            f"{config.rating_min}..{config.rating_max}; pad with {RATING_PAD}"
+        )
+    empty = ~present.any(-1)
+    if empty.any():
+        raise ValueError(f"item {empty.nonzero()[0].item()} has no ratings; unrated items cannot give a loss")
+    return present
+
+
+def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
+    """Negative log-likelihood of each item's ratings, shape (B,): summed over its individual ratings
+    (Beta, Multinomial); cross-entropy against the mean rating scaled to [0, 1] (Bernoulli)."""
+    present = check_ratings(ratings, config)
+    lo, span = config.rating_min, config.rating_max - config.rating_min
+    scaled = (ratings.clamp(config.rating_min, config.rating_max) - lo).float() / span  # (B, R) in [0, 1]
+    if config.score_type == "beta":
+        alpha, beta = _beta_params(logits, config)
+        eps = config.beta_epsilon
+        y = scaled.clamp(eps, 1 - eps)
+        a, b = alpha[:, None], beta[:, None]
+        log_pdf = (a - 1) * y.log() + (b - 1) * torch.log1p(-y) + torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b)
+        return -(log_pdf * present).sum(-1)
+    if config.score_type == "multinomial":
+        log_probs = logits.float().log_softmax(-1)
+        index = (ratings.clamp(config.rating_min, config.rating_max) - lo).long()
+        return -(log_probs.gather(-1, index) * present).sum(-1)
+    target = (scaled * present).sum(-1) / present.sum(-1)
+    return F.binary_cross_entropy_with_logits(logits.float()[..., 0], target, reduction="none")
+
+
+def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
+    """A (B, max ratings) long tensor from lists of ratings, padded with RATING_PAD."""
+    width = max((len(r) for r in ratings), default=1) or 1
+    out = torch.full((len(ratings), width), RATING_PAD, dtype=torch.long, device=device)
+    for i, r in enumerate(ratings):
+        if r:
+            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def clamp_scores(score01, variance, margin: float, threshold: float | None):
+    """The reference release's clamping: a confident score within `margin` of 0 or 1 becomes exactly 0 or 1."""
+    if threshold is None or variance is None:
+        return score01
+    if score01 <= margin and variance <= threshold:
+        return 0.0
+    if score01 >= 1 - margin and variance <= threshold:
+        return 1.0
+    return score01
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass
+class OrcaOutput(ModelOutput):
+    """
+    loss: mean over items of each item's negative log-likelihood (when `ratings` is given).
+    logits: raw head output, (B, 2) Beta (log alpha, log beta), (B, 5) Multinomial, (B, 1) Bernoulli.
+    mean, variance: predicted mean and variance of the ratings on the rating scale (variance None for Bernoulli).
+    probs: predicted probability of each rating (B, 5); for Beta the Beta mass of each fifth of [0, 1] (not
+        differentiable); None for Bernoulli.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    mean: torch.FloatTensor | None = None
+    variance: torch.FloatTensor | None = None
+    probs: torch.FloatTensor | None = None
+
+
+class OrcaPreTrainedModel(PreTrainedModel):
+    config_class = OrcaConfig
+    base_model_prefix = "backbone"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module):
+        # only the head: the backbone keeps its pre-trained weights (its own _init_weights covers a fresh one)
+        if isinstance(module, nn.Linear) and module is getattr(self, "score_head", None):
+            init.xavier_normal_(module.weight, gain=self.config.head_init_gain)
+            init.constant_(module.bias, self.config.head_init_bias)
+
+
+class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
+    def __init__(self, config: OrcaConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        hidden_size = self.backbone.config.get_text_config().hidden_size
+        self.score_head = nn.Linear(hidden_size, config.num_head_outputs)
+        params = inspect.signature(self.backbone.forward).parameters
+        self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
+        self._backbone_takes_position_ids = "position_ids" in params
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone.set_input_embeddings(value)
+
+    @classmethod
+    def from_backbone(cls, name_or_path, *, score_type: str = "multinomial", revision: str | None = None, dtype=None, **config_kwargs):
+        """An ORCA model on a pre-trained backbone's weights (head freshly initialised) and its tokenizer, with a
+        pad token set when the backbone has none. Returns `(model, tokenizer)`."""
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+        if tokenizer.pad_token is None:
+            # padding positions are masked and never pooled, so any existing token will do
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+            if tokenizer.pad_token is None:
+                raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
+        backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
+        backbone.config.pad_token_id = tokenizer.pad_token_id
+        config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
+        model = cls(config, backbone=backbone)
+        if dtype is not None:
+            model.score_head.to(dtype)
+        return model, tokenizer
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, H); works with right or left padding."""
+        mask = attention_mask.bool()
+        if self.config.pooling == "mean":
+            summed = hidden.masked_fill(~mask[..., None], 0).sum(1)  # masked_fill: padded rows may hold NaN
+            return summed / mask.sum(1, keepdim=True).clamp_min(1).to(hidden.dtype)
+        positions = torch.arange(mask.shape[1], device=mask.device)
+        if self.config.pooling == "last":
+            index = torch.where(mask, positions, -1).argmax(-1)  # last real token
+        else:
+            index = torch.where(mask, -positions, -mask.shape[1]).argmax(-1)  # first real token
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        ratings: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> OrcaOutput:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        backbone_kwargs = dict(self._backbone_kwargs)
+        if self._backbone_takes_position_ids:
+            # positions count real tokens only, so left padding gives the same outputs as right padding
+            backbone_kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs, **kwargs)
+        pooled = self.pool(hidden.last_hidden_state, attention_mask)  # (B, H)
+        logits = self.score_head(pooled.to(self.score_head.weight.dtype))  # (B, num_head_outputs)
+        mean, variance, probs = distribution_statistics(logits, self.config)
+        loss = ratings_nll(logits, ratings, self.config).mean() if ratings is not None else None
+        return OrcaOutput(loss=loss, logits=logits, mean=mean, variance=variance, probs=probs)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Scoring path shared by the CLI, the evaluation and the leaderboard
+
+    def format_input(self, record: dict, reference: str | None = None) -> str:
+        return format_input(record, self.config, reference)
+
+    def collate(self, token_ids: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
+        """Right-padded batch tensors from token id lists."""
+        width = max(len(ids) for ids in token_ids)
+        input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
+        for i, ids in enumerate(token_ids):
+            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, : len(ids)] = 1
+        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+
+    @torch.inference_mode()
+    def predict(
+        self,
+        records: list[dict],
+        tokenizer,
+        batch_size: int = 16,
+        show_progress: bool = False,
+        clamp_threshold: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
+        `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
+        `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. Inputs are tokenised once and
+        run longest first in batches of similar length; with reference_mode='max' each alias is one input and the
+        alias giving the highest mean wins."""
+        was_training = self.training
+        self.eval()
+        records = list(records)
+        variants, owner = [], []
+        for i, record in enumerate(records):
+            for fields in input_variants(record, self.config):
+                variants.append(fields)
+                owner.append(i)
+        token_ids = encode_fields(variants, tokenizer, self.config)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
+        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
+        batches = range(0, len(order), batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="scoring", unit="batch")
+        for start in batches:
+            idx = order[start : start + batch_size]
+            batch = self.collate([token_ids[j] for j in idx], pad_id)
+            out = self(**batch)
+            logits[idx] = out.logits.float().cpu()
+        self.train(was_training)
+
+        # per record: the variant with the highest predicted mean
+        mean, variance, probs = distribution_statistics(logits, self.config)
+        best: dict[int, int] = {}
+        for j, i in enumerate(owner):
+            if i not in best or mean[j] > mean[best[i]]:
+                best[i] = j
+        threshold = clamp_threshold
+        if threshold is None and self.config.clamp:
+            threshold = self.config.clamp_variance_threshold
+        span = self.config.rating_max - self.config.rating_min
+        results = []
+        for i, record in enumerate(records):
+            j = best[i]
+            result = {
+                "mean": float(mean[j]),
+                "variance": None if variance is None else float(variance[j]),
+                "probs": None if probs is None else [float(p) for p in probs[j]],
+            }
+            score = (result["mean"] - self.config.rating_min) / span
+            result["score"] = clamp_scores(score, result["variance"], self.config.clamp_margin, threshold)
+            if record.get("ratings"):
+                result["nll"] = float(ratings_nll(logits[j : j + 1], pad_ratings([record["ratings"]]), self.config)[0])
+            results.append(result)
+        return results
+
+
+def _register() -> None:
+    OrcaConfig.register_for_auto_class()
+    OrcaForCorrectnessDistribution.register_for_auto_class("AutoModel")
+    # in-process registration so `AutoModel.from_pretrained(folder)` also works without trust_remote_code
+    try:
+        AutoConfig.register("orca", OrcaConfig)
+        AutoModel.register(OrcaConfig, OrcaForCorrectnessDistribution)
+    except ValueError:
+        pass  # already registered (the repository module and a Hub snapshot of it in one process)
+
+
+_register()
+
+__all__ = [
+    "OrcaForCorrectnessDistribution",
+    "OrcaOutput",
+    "OrcaPreTrainedModel",
+    "RATING_PAD",
+    "distribution_statistics",
+    "format_input",
+    "pad_ratings",
+    "ratings_nll",
+]
