@@ -301,7 +301,10 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
         backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
         backbone.config.pad_token_id = tokenizer.pad_token_id
+        attn_implementation = backbone.config._attn_implementation
         config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
+        # a new composite config sets its (unset) attention implementation on its sub-configs: restore the loaded one
+        config._attn_implementation = attn_implementation
         model = cls(config, backbone=backbone)
         if dtype is not None:
             model.score_head.to(dtype)

@@ -2,8 +2,9 @@
 
 A model trained on noisy Likert ratings rarely predicts exactly "fully correct" or "fully wrong" even when it
 is sure, which costs MAE on the many items humans agree on. Clamping snaps a score to 0 or 1 when it is
-already close to that end (within `margin`) *and* the predicted variance says the model is confident
-(variance <= `threshold`). The threshold is tuned on dev data; the margin is fixed as in the reference release.
+already close to that end (strictly within `margin`) *and* the predicted variance says the model is confident
+(variance <= `threshold`). The threshold is tuned on dev data; the margin is fixed, as in the reference release
+(BUTSpeechFIT/ORCA, orca_score/clamp.py), whose variances are on the [0, 1] score scale (variance / 16).
 """
 
 from __future__ import annotations
@@ -34,36 +35,49 @@ def clamp_scores(score01, variance, *, threshold: float, margin: float = DEFAULT
     score = np.asarray(score01, dtype=float)
     var = np.asarray(variance, dtype=float)
     if score.shape != var.shape or score.ndim != 1:
-        raise ValueError(f"score01 and variance must be 1-D of equal length, got {score.shape} and {var.shape}")
+        raise ValueError(
+            f"score01 and variance must be 1-D of equal length, got {score.shape} and {var.shape}"
+        )
     if not 0.0 <= margin <= 0.5:
         raise ValueError(f"margin must be in [0, 0.5], got {margin}")
     confident = var <= threshold
     out = score.copy()
-    out[confident & (score <= margin)] = 0.0
-    out[confident & (score >= 1.0 - margin)] = 1.0
+    out[confident & (score < margin)] = 0.0
+    out[confident & (score > 1.0 - margin)] = 1.0
     return out
 
 
-def clamp_objective(score01, human_score01) -> dict:
-    """rho + tau - MAE on the [0, 1] scale (None when a correlation is undefined)."""
+def clamp_objective(score01, human_score01, mae_weight: float = 1.0) -> dict:
+    """rho + tau - mae_weight * MAE on the [0, 1] scale (None when a correlation is undefined)."""
     s, h = np.asarray(score01, dtype=float), np.asarray(human_score01, dtype=float)
     rho, tau = spearman(s, h), kendall(s, h)
     mae = float(np.mean(np.abs(s - h)))
-    objective = None if rho is None or tau is None else rho + tau - mae
+    objective = None if rho is None or tau is None else rho + tau - mae_weight * mae
     return {"spearman": rho, "kendall": tau, "mae": mae, "objective": objective}
 
 
 def tune_clamp_threshold(
-    score01, variance, human_mean, *, candidates=None, margin: float = DEFAULT_MARGIN
+    score01,
+    variance,
+    human_mean,
+    *,
+    candidates=None,
+    margin: float = DEFAULT_MARGIN,
+    mae_weight: float = 1.0,
 ) -> tuple[float, list[dict]]:
     """Pick the variance threshold that maximises rho + tau - MAE on dev data.
+
+    Instead of the reference release's hill climb over thresholds this scores every threshold at which the
+    set of clamped items changes, so the optimum on dev is exact. `mae_weight=0` gives the reference
+    release's default objective (rho + tau).
 
     Args:
         score01: (n,) predicted scores in [0, 1].
         variance: (n,) predicted variances.
         human_mean: (n,) human mean ratings on the [1, 5] scale (converted to [0, 1] for the MAE).
         candidates: thresholds to try. Default: -inf (no clamping) and every distinct variance of an item
-            that clamping could touch, since the objective only changes at those values.
+            that clamping could touch, since the objective only changes at those values. A returned -inf
+            means clamping does not help on dev: leave scores unclamped.
 
     Returns:
         (best threshold, table) where the table has one dict per candidate in ascending order with keys
@@ -76,9 +90,10 @@ def tune_clamp_threshold(
     if not (score.shape == var.shape == human.shape) or score.ndim != 1:
         raise ValueError("score01, variance and human_mean must be 1-D of equal length")
     if candidates is None:
-        eligible = (score <= margin) | (score >= 1.0 - margin)
+        eligible = (score < margin) | (score > 1.0 - margin)
         candidates = np.concatenate([[-np.inf], np.unique(var[eligible])])
-    candidates = np.unique(np.asarray(candidates, dtype=float))  # sorted, so ties resolve to the least clamping
+    # np.unique sorts, so ties below resolve to the least clamping
+    candidates = np.unique(np.asarray(candidates, dtype=float))
     if candidates.size == 0:
         raise ValueError("no candidate thresholds")
 
@@ -86,7 +101,7 @@ def tune_clamp_threshold(
     for threshold in candidates:
         clamped = clamp_scores(score, var, threshold=threshold, margin=margin)
         row = {"threshold": float(threshold), "n_clamped": int(np.sum(clamped != score))}
-        row.update(clamp_objective(clamped, human))
+        row.update(clamp_objective(clamped, human, mae_weight))
         table.append(row)
     scored = [row for row in table if row["objective"] is not None]
     if not scored:

@@ -82,9 +82,7 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def _binary_labels(
-    human_mean: np.ndarray, counts: np.ndarray | None
-) -> np.ndarray | None:
+def _binary_labels(human_mean: np.ndarray, counts: np.ndarray | None) -> np.ndarray | None:
     """Labels when the human side is binary (correct / incorrect), else None."""
     if counts is not None:
         binary = bool(np.all(counts[:, 1:4] == 0))

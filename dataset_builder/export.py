@@ -1,0 +1,184 @@
+"""Write a Hub-ready dataset repository: Parquet per config and split, a dataset card whose YAML
+``configs:`` block lets ``datasets.load_dataset(DIR, "<config>", split=...)`` work offline, and
+``stats.json`` with every figure of the card. Output bytes depend only on the inputs and the seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from .configs import CONFIGS, RELEASE_FILES, SOURCES, build_config, licence_of, source_key
+from .filters import MAX_CHARS
+from .schema import FEATURES, FIELDS
+from .splits import NUM_FOLDS, SPLITS, make_splits
+from .stats import summarize
+
+NOT_FOR_REDISTRIBUTION = "not for redistribution"
+
+
+def write_parquet(records: list[dict], path: Path) -> None:
+    """One Parquet file with the schema's Arrow types and the HF features in its metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([{f: r[f] for f in FIELDS} for r in records], schema=FEATURES.arrow_schema)
+    pq.write_table(table, path, compression="zstd")
+
+
+def available_configs(data_dir, release_dir) -> list[str]:
+    """Configs whose inputs can be found: the release configs only when their file is supplied."""
+    names = [n for n in CONFIGS if n not in RELEASE_FILES]
+    if release_dir:
+        names += [n for n, f in RELEASE_FILES.items() if (Path(release_dir) / f).exists()]
+    return names
+
+
+def build_repo(out, *, configs: list[str] | None = None, data_dir=None, release_dir=None, seed: int = 0,
+               s1_size: int | None = None, all_folds: bool = False, for_upload: bool = False,
+               progress: bool = True) -> dict:
+    """Build the dataset repository under ``out``; returns the statistics written to stats.json.
+
+    ``for_upload`` leaves out every record whose source has no licence (marked not for
+    redistribution) and says so in the card. ``all_folds`` adds configs ``<name>_A1``..``_A4`` and
+    ``<name>_B0``..``_B4``; the plain ``<name>`` config is always scenario A fold 0.
+    """
+    out = Path(out)
+    names = configs or available_configs(data_dir, release_dir)
+    stats: dict = {"seed": seed, "for_upload": for_upload, "configs": {}}
+    yaml_configs = []
+    for name in tqdm(names, desc="configs", disable=not progress):
+        build = build_config(name, data_dir=data_dir, release_dir=release_dir, seed=seed, s1_size=s1_size)
+        records, withheld = build.records, Counter()
+        if for_upload:
+            keep = []
+            for r in records:
+                if licence_of(r["source"]) is None:
+                    withheld[source_key(r["source"])] += 1
+                else:
+                    keep.append(r)
+            records = keep
+        entry = {
+            "description": CONFIGS[name].description,
+            "sources": sorted({source_key(r["source"]) for r in build.records}),
+            "read_skipped": {Path(k).name: dict(sorted(v.items())) for k, v in build.read_skipped.items()},
+            "filtered": dict(sorted(build.filtered.items())),
+            "withheld_not_for_redistribution": dict(sorted(withheld.items())),
+            "summary": summarize(records),
+            "splits": {},
+        }
+        stats["configs"][name] = entry
+        if not records:
+            continue
+        variants = [("A", 0, name)]
+        if all_folds:
+            variants += [("A", k, f"{name}_A{k}") for k in range(1, NUM_FOLDS)]
+            if len({r["answerer"] for r in records}) >= 3:
+                variants += [("B", k, f"{name}_B{k}") for k in range(NUM_FOLDS)]
+        for scenario, fold, cfg_name in variants:
+            splits, info = make_splits(records, scenario=scenario, fold=fold, seed=seed)
+            files = []
+            for split in SPLITS:
+                rel = f"data/{cfg_name}/{split}-00000-of-00001.parquet"
+                write_parquet(splits[split], out / rel)
+                files.append({"split": split, "path": rel})
+            yaml_configs.append({"config_name": cfg_name, "data_files": files})
+            entry["splits"][cfg_name] = {"scenario": scenario, "fold": fold, **info,
+                                         **{s: len(splits[s]) for s in SPLITS}}
+    (out / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+    (out / "README.md").write_text(dataset_card(stats, yaml_configs))
+    return stats
+
+
+def _yaml(configs: list[dict]) -> str:
+    lines = ["configs:"]
+    for i, c in enumerate(configs):
+        lines.append(f"- config_name: {c['config_name']}")
+        if i == 0:
+            lines.append("  default: true")
+        lines.append("  data_files:")
+        for f in c["data_files"]:
+            lines += [f"  - split: {f['split']}", f"    path: {f['path']}"]
+    return "\n".join(lines)
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def dataset_card(stats: dict, yaml_configs: list[dict]) -> str:
+    cfgs = stats["configs"]
+    used = sorted({s for c in cfgs.values() for s in c["sources"]})
+    out = ["---", "license: other", "license_name: mixed (see Sources)", "pretty_name: ORCA correctness ratings",
+           "task_categories:", "- text-classification", "language:", "- en", "tags:", "- llm-as-a-judge",
+           "- answer-correctness", "- audio-question-answering", _yaml(yaml_configs), "---", "",
+           "# ORCA correctness ratings", "",
+           "Candidate answers to (audio) questions with 1-5 Likert correctness ratings, in one schema "
+           "(`dataset_builder.schema`), built by `python -m dataset_builder build`"
+           + (" with `--for-upload`" if stats["for_upload"] else "") + f" (seed {stats['seed']}).", "",
+           "```python", "from datasets import load_dataset",
+           f"ds = load_dataset(\"<this repo>\", \"{yaml_configs[0]['config_name'] if yaml_configs else 's1_synthetic'}\", "
+           "split=\"train\")", "```", "", "## Sources", "",
+           "| source | what | origin | licence |", "|---|---|---|---|"]
+    for key in used:
+        desc, origin, lic = SOURCES[key]
+        out.append(f"| `{key}` | {desc} | {origin} | {lic or 'none stated: ' + NOT_FOR_REDISTRIBUTION} |")
+    if stats["for_upload"]:
+        out += ["", "Records from sources without a licence are left out of this export (counts below)."]
+    else:
+        out += ["", "Sources without a licence are for research use only: do not upload this export; "
+                "build with `--for-upload` to leave them out."]
+    out += ["", "## Configs", "",
+            "| config | train | validation | test | questions | ratings/item | alpha interval | alpha ordinal |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name, c in cfgs.items():
+        sp = c["splits"].get(name, {})
+        s = c["summary"]
+        rpi = ", ".join(f"{k}: {v}" for k, v in s["ratings_per_item"].items())
+        out.append(f"| `{name}` | {sp.get('train', 0)} | {sp.get('validation', 0)} | {sp.get('test', 0)} | "
+                   f"{s['questions']} | {rpi} | {_fmt(s['alpha_interval'])} | {_fmt(s['alpha_ordinal'])} |")
+    out += ["", "Alpha is Krippendorff's alpha over items with at least two ratings (n/a: one rating per item).", "",
+            "### Per config: reading, filters, rating histogram", ""]
+    for name, c in cfgs.items():
+        s = c["summary"]
+        out += [f"**{name}**: {c['description']}", "",
+                f"- records kept: {s['records']} ({s['questions']} questions); mean rating {_fmt(s['mean_rating'])}",
+                f"- rating histogram (1..5): {s['rating_histogram']}",
+                f"- answerers: {', '.join(f'{k} ({v})' for k, v in s['answerers'].items())}",
+                f"- skipped while reading: {_counts(c['read_skipped'])}",
+                f"- dropped by filters: {_counts(c['filtered'])}"]
+        if c["withheld_not_for_redistribution"]:
+            out.append(f"- withheld (not for redistribution): {_counts(c['withheld_not_for_redistribution'])}")
+        extra = [f"`{k}` (scenario {v['scenario']}, fold {v['fold']}"
+                 + (f", held out: {', '.join(v['held_out'])}" if v.get("held_out") else "") + ")"
+                 for k, v in c["splits"].items() if k != name]
+        if extra:
+            out.append(f"- further splits: {'; '.join(extra)}")
+        out.append("")
+    out += ["## Filters", "",
+            f"An instance is dropped when any text (question, rationale, transcript, candidate, or the reference "
+            f"aliases joined by ' / ') exceeds {MAX_CHARS} characters, when it carries a flag "
+            "(Q/R/A/U/E), or when it has no rating; each drop is counted once, under the first reason.", "",
+            "## Splits", "",
+            "Config `<name>` is scenario A fold 0: an 8:1:1 split by question (no question in two parts), "
+            "stratified by benchmark and modality. Scenario B folds hold out two answering models: test holds "
+            "only their answers, to questions unseen in train and validation. `dataset_builder.load_config` "
+            "rebuilds any scenario and fold.", "",
+            "## Fields", "",
+            "`id, benchmark, question_id, question, reference` (list: canonical answer first, then aliases), "
+            "`rationale, transcript` (\"\" when none), `candidate, answerer, modality, category, ratings` "
+            "(ints 1..5), `rater_ids, flags` (subset of Q, R, A, U, E), `stage` (s1/s2/s3), `source, metadata` "
+            "(JSON-encoded dict).", ""]
+    return "\n".join(out)
+
+
+def _counts(d: dict) -> str:
+    if not d:
+        return "none"
+    if all(isinstance(v, dict) for v in d.values()):
+        parts = [f"{f}: {_counts(v)}" for f, v in d.items() if v]
+        return "; ".join(parts) or "none"
+    return ", ".join(f"{k} {v}" for k, v in d.items())

@@ -1,0 +1,76 @@
+import json
+import math
+
+import pytest
+
+from dataset_builder.schema import (
+    FEATURES,
+    FIELDS,
+    FLAGS,
+    RecordError,
+    make_record,
+    rating_mean,
+    rating_variance,
+    validate_record,
+)
+
+RELEASE = {"id": "x1", "question": "Q?", "reference": "dog", "candidate": "a dog", "rationale": "barks",
+           "ratings": [4, 5, 5]}
+
+
+def test_release_format_is_normalised():
+    rec = validate_record({**RELEASE, "transcription": "woof", "annotator_batch": 7})
+    assert rec["reference"] == ["dog"]
+    assert rec["transcript"] == "woof"
+    assert json.loads(rec["metadata"]) == {"annotator_batch": 7}
+    assert set(rec) == set(FIELDS) == set(FEATURES)
+    assert rec["question_id"] == "x1" and rec["flags"] == [] and rec["rater_ids"] == []
+
+
+def test_project_schema_round_trips_unchanged():
+    rec = make_record(**{**RELEASE, "reference": ["dog", "hound"]}, metadata={"k": 1}, flags=list(FLAGS), stage="s2")
+    assert validate_record(rec) == rec
+    assert rec["flags"] == list(FLAGS)
+
+
+@pytest.mark.parametrize("bad, field, words", [
+    ({"question": None}, "question", "missing"),
+    ({"candidate": 3}, "candidate", "expected str"),
+    ({"reference": []}, "reference", "empty"),
+    ({"reference": ["a", 2]}, "reference", "item 1"),
+    ({"ratings": [4, 6]}, "ratings", "outside"),
+    ({"ratings": [0]}, "ratings", "outside"),
+    ({"ratings": [True]}, "ratings", "integers"),
+    ({"ratings": [3.5]}, "ratings", "integers"),
+    ({"ratings": ["4"]}, "ratings", "integers"),
+    ({"ratings": 4}, "ratings", "list"),
+    ({"flags": ["X"]}, "flags", "unknown flag"),
+    ({"flags": "Q"}, "flags", "list"),
+    ({"stage": "s4"}, "stage", "unknown stage"),
+    ({"rater_ids": ["a"]}, "rater_ids", "rater ids"),
+    ({"metadata": "{oops"}, "metadata", "JSON"),
+])
+def test_errors_name_path_line_and_field(bad, field, words):
+    with pytest.raises(RecordError) as e:
+        validate_record({**RELEASE, **bad}, path="f.jsonl", line=7)
+    assert str(e.value).startswith(f"f.jsonl:7: field '{field}': ")
+    assert words in str(e.value)
+    assert e.value.field == field
+
+
+def test_missing_required_field():
+    obj = dict(RELEASE)
+    del obj["reference"]
+    with pytest.raises(RecordError, match="field 'reference': missing"):
+        validate_record(obj)
+
+
+def test_integral_float_rating_is_accepted():
+    assert validate_record({**RELEASE, "ratings": [4.0, 2]})["ratings"] == [4, 2]
+
+
+def test_derived_statistics_use_population_variance():
+    assert rating_mean([1, 5]) == 3
+    assert rating_variance([1, 5]) == 4.0  # ddof=0; ddof=1 would give 8
+    assert rating_variance([3]) == 0.0
+    assert math.isnan(rating_mean([])) and math.isnan(rating_variance([]))
