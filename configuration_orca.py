@@ -108,7 +108,12 @@ class OrcaConfig(PreTrainedConfig):
         self.truncation_order = list(self.truncation_order)
         # checked here rather than in a `validate_*` hook so users get a plain ValueError at construction
         self._check_orca_fields()
+        # a live backbone config passed in is shared, not copied; the parent's __post_init__ would set its
+        # attention implementation to ours (unset): keep the one it was loaded with
+        backbone_attn = getattr(self.backbone_config, "_attn_implementation", None)
         super().__post_init__(**kwargs)
+        if backbone_attn is not None and self._attn_implementation is None:
+            self._attn_implementation = backbone_attn
 
     def _check_orca_fields(self):
         _check_choice("score_type", self.score_type, SCORE_TYPES)

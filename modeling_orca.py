@@ -106,10 +106,52 @@ def input_variants(record: dict, config: OrcaConfig) -> list[dict[str, str]]:
     return [input_fields(record, config)]
 
 
+def split_fields(fields: dict[str, str], config: OrcaConfig) -> tuple[str, str]:
+    """The rendered input cut in two just before the candidate's separator: `(shared, item)` with
+    `shared + item == render_fields(fields, config)`. `shared` holds the fields before the candidate (the
+    question, reference and rationale in the default template), which a benchmark repeats for every answer to the
+    same question; `item` starts with the separator, so a byte-level BPE tokenizer puts the separator's space or
+    newline on the item's side as it would in the whole text. With no field before the candidate, `shared` is ''."""
+    kept = [n for n, v in fields.items() if v or not config.skip_empty_fields or n == "candidate"]
+    cut = kept.index("candidate")
+    parts = [config.field_labels.get(n, "") + fields[n] for n in kept]
+    sep = config.field_separator
+    if cut == 0:
+        return "", config.template_prefix + sep.join(parts)
+    return config.template_prefix + sep.join(parts[:cut]), sep + sep.join(parts[cut:])
+
+
+def _special_tokens(tokenizer, config: OrcaConfig) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text (BOS / CLS, EOS / SEP) when `add_special_tokens`."""
+    if not config.add_special_tokens:
+        return [], []
+    probe = "a"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for k in range(len(full) - len(plain) + 1):
+        if full[k : k + len(plain)] == plain:
+            return full[:k], full[k + len(plain) :]
+    raise ValueError(f"{type(tokenizer).__name__}: cannot tell its special tokens apart from the text's own ids")
+
+
+def encode_segments(fields_list: list[dict[str, str]], tokenizer, config: OrcaConfig) -> list[tuple[list[int], list[int]]]:
+    """`(shared ids, item ids)` of each input, untruncated: the special tokens before the text and the tokens of
+    the fields before the candidate, then the tokens of the rest (separator, candidate, later fields) and the
+    special tokens after the text. The two parts are tokenised separately (each distinct shared text once), so the
+    shared ids of all answers to one question are the same ids, token for token: the scoring path may compute them
+    once (prefix sharing) and get exactly what it gets for the concatenation."""
+    lead, trail = _special_tokens(tokenizer, config)
+    pairs = [split_fields(f, config) for f in fields_list]
+    shared_texts = list(dict.fromkeys(p[0] for p in pairs))
+    shared_ids = dict(zip(shared_texts, tokenizer(shared_texts, add_special_tokens=False)["input_ids"])) if shared_texts else {}
+    item_ids = tokenizer([p[1] for p in pairs], add_special_tokens=False)["input_ids"] if pairs else []
+    return [(lead + shared_ids[p[0]], ids + trail) for p, ids in zip(pairs, item_ids)]
+
+
 def encode_fields(fields_list: list[dict[str, str]], tokenizer, config: OrcaConfig) -> list[list[int]]:
-    """Token ids of each input, cut to `config.max_length` field by field in `config.truncation_order`."""
-    texts = [render_fields(f, config) for f in fields_list]
-    all_ids = tokenizer(texts, add_special_tokens=config.add_special_tokens)["input_ids"]
+    """Token ids of each input (shared ids + item ids of `encode_segments`: the one encoding of training and
+    scoring), cut to `config.max_length` field by field in `config.truncation_order`."""
+    all_ids = [shared + item for shared, item in encode_segments(fields_list, tokenizer, config)]
     for i, ids in enumerate(all_ids):
         if len(ids) > config.max_length:
             all_ids[i] = _truncate(dict(fields_list[i]), tokenizer, config)
@@ -118,7 +160,8 @@ def encode_fields(fields_list: list[dict[str, str]], tokenizer, config: OrcaConf
 
 def _truncate(fields: dict[str, str], tokenizer, config: OrcaConfig) -> list[int]:
     def encode(f):
-        return tokenizer(render_fields(f, config), add_special_tokens=config.add_special_tokens)["input_ids"]
+        ((shared, item),) = encode_segments([f], tokenizer, config)
+        return shared + item
 
     ids = encode(fields)
     for name in config.truncation_order:
@@ -301,10 +344,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
         backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
         backbone.config.pad_token_id = tokenizer.pad_token_id
-        attn_implementation = backbone.config._attn_implementation
         config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
-        # a new composite config sets its (unset) attention implementation on its sub-configs: restore the loaded one
-        config._attn_implementation = attn_implementation
         model = cls(config, backbone=backbone)
         if dtype is not None:
             model.score_head.to(dtype)

@@ -64,7 +64,8 @@ DEFAULTS: dict[str, Any] = {
         "checkpoint_every": None,  # defaults to eval_every
         "log_every": 10,
     },
-    "data": {"data_dir": None, "release_dir": None, "scenario": "A", "fold": 0, "s1_size": None},
+    # data.seed drives s1/s2 generation and the splits, apart from the training seed
+    "data": {"data_dir": None, "release_dir": None, "scenario": "A", "fold": 0, "seed": 0, "s1_size": None},
     "stages": {
         "s1": {"dataset": "s1_synthetic", "max_steps": 10000, "lr": 5e-5},
         "s2": {"dataset": "s2_benchmark", "max_steps": 5000, "lr": 2e-5},
@@ -103,8 +104,19 @@ def parse_overrides(pairs: list[str]) -> dict:
         *parents, leaf = key[2:].replace("-", "_").split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = parse_value(value)
     return out
+
+
+def parse_value(text: str):
+    """YAML scalar, except that `1e-4` is a float (YAML 1.1, which PyYAML follows, would keep it a string)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
 
 
 def read_yaml_with_base(path: Path) -> dict:
@@ -223,15 +235,22 @@ def load_trainable_state(model, state: dict[str, torch.Tensor]) -> None:
 def load_stage_data(stage: dict, cfg: dict) -> dict[str, list[dict]]:
     """Records of a stage: a dataset_builder config, or JSONL files of the record schema / the release format."""
     if "files" in stage:
+        from dataset_builder.filters import apply_filters
         from dataset_builder.readers import read_records
 
-        return {split: read_records(path).records for split, path in stage["files"].items()}
+        out = {}
+        for split, path in stage["files"].items():
+            # the paper's rules apply to user files too: over-long and flagged items out; unrated ones out of train
+            out[split], dropped = apply_filters(read_records(path).records, require_rated=split == "train")
+            if dropped:
+                logger.warning("%s: dropped %s", path, dict(dropped))
+        return out
     import dataset_builder
 
     d = cfg["data"]
     splits = dataset_builder.load_config(
         stage["dataset"], scenario=d["scenario"], fold=d["fold"], data_dir=d["data_dir"],
-        release_dir=d["release_dir"], seed=cfg["seed"], s1_size=d["s1_size"],
+        release_dir=d["release_dir"], seed=d["seed"], s1_size=d["s1_size"],
     )
     return {name: split.to_list() for name, split in splits.items()}
 

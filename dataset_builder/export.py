@@ -88,9 +88,10 @@ def build_repo(out, *, configs: list[str] | None = None, data_dir=None, release_
             yaml_configs.append({"config_name": cfg_name, "data_files": files})
             entry["splits"][cfg_name] = {"scenario": scenario, "fold": fold, **info,
                                          **{s: len(splits[s]) for s in SPLITS}}
-    (out / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+    text = json.dumps(stats, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+    (out / "stats.json").write_text(text)
     (out / "README.md").write_text(dataset_card(stats, yaml_configs))
-    return stats
+    return json.loads(text)  # exactly what stats.json holds (JSON keys are strings)
 
 
 def _yaml(configs: list[dict]) -> str:

@@ -2,6 +2,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataset_builder.schema import (
     FEATURES,
@@ -74,3 +76,21 @@ def test_derived_statistics_use_population_variance():
     assert rating_variance([1, 5]) == 4.0  # ddof=0; ddof=1 would give 8
     assert rating_variance([3]) == 0.0
     assert math.isnan(rating_mean([])) and math.isnan(rating_variance([]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ratings=st.lists(st.integers(-3, 9), max_size=6), flags=st.lists(st.sampled_from("QRAUEXY"), max_size=3),
+       ref=st.one_of(st.text(min_size=1), st.lists(st.text(min_size=1), min_size=1, max_size=4)),
+       extra=st.dictionaries(st.sampled_from(["batch", "model_name", "note"]), st.integers(), max_size=2))
+def test_validate_is_idempotent_and_rejects_exactly_the_bad_values(ratings, flags, ref, extra):
+    obj = {**RELEASE, "ratings": ratings, "flags": flags, "reference": ref, **extra}
+    first = ref if isinstance(ref, str) else ref[0]
+    bad = (any(not 1 <= r <= 5 for r in ratings) or any(f not in FLAGS for f in flags) or not first.strip())
+    if bad:
+        with pytest.raises(RecordError):
+            validate_record(obj)
+        return
+    rec = validate_record(obj)
+    assert validate_record(rec) == rec
+    assert json.loads(rec["metadata"]) == extra
+    assert rec["reference"] == ([ref] if isinstance(ref, str) else ref)

@@ -307,3 +307,11 @@ def test_gradient_checkpointing_passes_through(smollm2_tokenizer):
     assert model.backbone.gradient_checkpointing or any(getattr(m, "gradient_checkpointing", False) for m in model.backbone.modules())
     batch = smollm2_tokenizer(["a b c", "d e"], return_tensors="pt", padding=True)
     model(**batch, ratings=pad_ratings([[2], [4]])).loss.backward()
+
+
+def test_wrapping_a_live_backbone_config_keeps_its_attention_implementation():
+    from transformers import AutoModel
+
+    backbone = AutoModel.from_config(tiny_backbone_config("llama", 100), attn_implementation="eager")
+    config = OrcaConfig(backbone_config=backbone.config)
+    assert backbone.config._attn_implementation == "eager" and config._attn_implementation == "eager"

@@ -52,8 +52,10 @@ def test_epoch_batches_are_full_deterministic_and_length_bucketed():
 
 
 def test_overrides_are_parsed_as_yaml_and_unknown_stage_rejected():
-    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--training.eval_every", "7", "--skip_stages", "[s1, s2]"])
+    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--training.eval_every", "7", "--skip_stages", "[s1, s2]",
+                                 "--stages.s3.lr", "1e-4"])
     assert cfg["training"]["eval_every"] == 7 and cfg["skip_stages"] == ["s1", "s2"]
+    assert cfg["stages"]["s3"]["lr"] == 1e-4  # a float, though YAML 1.1 reads `1e-4` as a string
     with pytest.raises(SystemExit, match="unknown stages"):
         load_run_config(None, ["--model.backbone", "tiny-llama", "--skip_stages", "[s9]"])
 

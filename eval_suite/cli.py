@@ -1,0 +1,462 @@
+"""orca-score: score a JSONL file of candidate answers with a trained ORCA model.
+
+    orca-score --model runs/orca/final --input answers.jsonl --output scored.jsonl --summary summary.json
+    orca-score --model user/orca-judge --revision v1 --input in.jsonl --output out.jsonl --clamp auto
+    accelerate launch --num_processes 4 -m eval_suite.cli --model ... --input ... --output ...
+
+Every non-blank input line gives one output line, in input order: the input object plus `orca_mean`,
+`orca_variance`, `orca_probs`, `orca_score` and `orca_error`. Scores come from the model's own `predict` (the one
+scoring path). The output is built in a `.partial` file (one per process under `accelerate launch`), appended in
+chunks of whole records with fsync, and renamed into place at the end: `--resume` continues an interrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dataset_builder.schema import RecordError, validate_record
+
+EXIT_INVALID = 2  # input that fails validation, or options that cannot work together (argparse uses 2 too)
+SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
+
+
+class UsageError(Exception):
+    """A problem with the input or the options; reported as `error: ...` with exit code 2."""
+
+
+# ------------------------------------------------------------------------------------------------ input
+
+
+@dataclass
+class Entry:
+    """One non-blank input line: the parsed object (kept as is for the output) and the validated record."""
+
+    line: int
+    raw: str
+    obj: Any = None
+    record: dict | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        # what identifies this entry's output line; lines that failed validation may have no usable id
+        return ("id", self.record["id"]) if self.record is not None else ("line", self.line)
+
+
+def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
+    """All non-blank lines of a JSONL file, validated with the project schema; returns (entries, blank lines).
+
+    Not `read_records`: that reader drops bad lines (counting them), while the output needs every line in place.
+    The checks are the same (`validate_record`, duplicate ids) and so are the `file:line: field` messages.
+    """
+    entries, blank, seen = [], 0, {}
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                blank += 1
+                continue
+            entry = Entry(lineno, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            try:
+                try:
+                    entry.obj = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    raise RecordError("<line>", f"not UTF-8 (byte {e.start})", path=path, line=lineno) from None
+                except json.JSONDecodeError as e:
+                    raise RecordError("<line>", f"malformed JSON: {e.msg} at column {e.colno}", path=path, line=lineno) from None
+                record = validate_record(entry.obj, path=path, line=lineno)
+                if record["id"] in seen:
+                    raise RecordError("id", f"duplicate id {record['id']!r} (first on line {seen[record['id']]})", path=path, line=lineno)
+                seen[record["id"]] = lineno
+                entry.record = record
+            except RecordError as e:
+                if on_error == "raise":
+                    raise UsageError(f"{e} (use --on-error skip to write such lines with orca_error set)") from None
+                entry.error = str(e)
+            entries.append(entry)
+    if not entries:
+        raise UsageError(f"{path}: no record (empty file or only blank lines)")
+    return entries, blank
+
+
+def output_line(entry: Entry, pred: dict | None) -> dict:
+    if entry.record is None:
+        base = dict(entry.obj) if isinstance(entry.obj, dict) else {"orca_input": entry.raw}
+        return {**base, **dict.fromkeys(SCORE_FIELDS), "orca_error": entry.error, "orca_line": entry.line}
+    return {
+        **entry.obj,
+        "orca_mean": pred["mean"],
+        "orca_variance": pred["variance"],
+        "orca_probs": pred["probs"],
+        "orca_score": pred["score"],
+        "orca_error": None,
+    }
+
+
+def output_key(obj: dict) -> tuple:
+    return ("line", obj.get("orca_line")) if obj.get("orca_error") else ("id", obj.get("id"))
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, str]:
+    """(revision to load, what to report). A Hub id is pinned to its commit, so the model and the tokenizer come
+    from one repository state and the summary names it; a local folder is identified by its path and a hash of
+    its config/weight file names and sizes (it has no commit)."""
+    folder = Path(model_id)
+    if folder.is_dir():
+        files = sorted(
+            (p.name, p.stat().st_size)
+            for p in folder.iterdir()
+            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json"))
+        )
+        digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+        return revision, f"{folder.resolve()}#files-sha256:{digest}"
+    from huggingface_hub import ResolvedRevision
+    from transformers.utils.hub import resolve_revision as hf_resolve
+
+    resolved = hf_resolve(model_id, revision)
+    if isinstance(resolved, ResolvedRevision):
+        return resolved, resolved.resolved
+    if resolved and re.fullmatch(r"[0-9a-f]{40}", resolved):
+        return resolved, resolved
+    return resolved, resolved or "unresolved (default branch)"
+
+
+def load_model(model_id: str, revision: str | None = None, device=None):
+    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode."""
+    from transformers import AutoModel, AutoTokenizer
+
+    try:
+        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision)
+    except OSError as err:  # no such folder, Hub id or revision: transformers' message says which
+        raise UsageError(f"--model {model_id}: {err}") from None
+    if not hasattr(model, "predict"):
+        raise UsageError(f"{model_id}: {type(model).__name__} is not an ORCA model (no predict method)")
+    tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
+    if device is not None:
+        model.to(device)
+    return model.eval(), tokenizer
+
+
+def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
+    """Variance threshold maximising rho + tau - MAE on a labelled dev file (variances on the 1-5 scale, the
+    scale `predict` compares `clamp_threshold` with)."""
+    from dataset_builder.readers import read_records
+    from eval_suite.clamping import tune_clamp_threshold
+
+    records = [r for r in read_records(path).records if r["ratings"]]
+    if len(records) < 2:
+        raise UsageError(f"--tune-clamp-on {path}: needs at least 2 records with ratings, found {len(records)}")
+    if model.config.score_type == "bernoulli":
+        raise UsageError("--tune-clamp-on: a bernoulli head predicts no variance, so there is nothing to clamp on")
+    preds = model.predict(records, tokenizer, batch_size=batch_size)  # unclamped: run() switched config.clamp off
+    try:
+        threshold, table = tune_clamp_threshold(
+            [p["score"] for p in preds], [p["variance"] for p in preds],
+            [sum(r["ratings"]) / len(r["ratings"]) for r in records], margin=model.config.clamp_margin,
+        )
+    except ValueError as err:  # e.g. every dev item has the same human mean: no correlation to maximise
+        raise UsageError(f"--tune-clamp-on {path}: {err}") from None
+    best = next(row for row in table if row["threshold"] == threshold)
+    no_clamp = table[0]  # -inf: nothing clamped
+    return {
+        "threshold": None if math.isinf(threshold) else threshold,  # -inf: clamping does not help on dev
+        "dev_file": str(path), "dev_items": len(records),
+        "dev_clamped": _finite(best), "dev_unclamped": _finite(no_clamp),
+    }
+
+
+def _finite(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}
+
+
+def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | None, dict]:
+    """The variance threshold to clamp with (None: no clamping) and its description for the summary;
+    `config_clamp` is the checkpoint's own `clamp` setting."""
+    config = model.config
+    info: dict = {"margin": config.clamp_margin}
+    if args.tune_clamp_on:
+        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(args.tune_clamp_on), args.batch_size))
+        return info["threshold"], info
+    mode = args.clamp
+    if mode == "config":  # default: whatever the checkpoint was saved with
+        mode = "auto" if config_clamp else "off"
+    if mode == "off":
+        threshold = None
+    elif mode == "auto":
+        if config.clamp_variance_threshold is None:
+            raise UsageError(f"--clamp auto: {args.model} has no clamp_variance_threshold in its config; "
+                             "give a number or use --tune-clamp-on dev.jsonl")
+        threshold = float(config.clamp_variance_threshold)
+    else:
+        try:
+            threshold = float(mode)
+        except ValueError:
+            raise UsageError(f"--clamp must be auto, off or a number, got {mode!r}") from None
+    if threshold is not None and config.score_type == "bernoulli":
+        print("warning: a bernoulli head predicts no variance: clamping has no effect", file=sys.stderr)
+    info.update(mode=mode, threshold=threshold)
+    return threshold, info
+
+
+# ------------------------------------------------------------------------------------------------ output files
+
+
+def shard_path(output: Path, index: int, count: int) -> Path:
+    if count == 1:
+        return output.with_name(output.name + ".partial")
+    return output.with_name(f"{output.name}.shard-{index}.jsonl")
+
+
+def completed_prefix(path: Path, expected: list[Entry]) -> int:
+    """How many of `expected` a partial file already holds (its lines must be exactly their first ones). A torn
+    last line (killed mid-write) is cut off, so appending continues from a whole record."""
+    done, good_bytes = 0, 0
+    with open(path, "rb") as fh:
+        lines = fh.readlines()
+    for i, raw in enumerate(lines):
+        try:
+            if not raw.endswith(b"\n"):
+                raise ValueError("no newline")
+            obj = json.loads(raw)
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            raise UsageError(f"{path}:{i + 1}: unreadable line in the partial output; delete the file to start over") from None
+        if i >= len(expected) or output_key(obj) != expected[i].key:
+            want = expected[i].key if i < len(expected) else "end of input"
+            raise UsageError(f"{path}:{i + 1}: holds {output_key(obj)}, expected {want}: the partial output is not "
+                             "from this input (or from another number of processes); delete it to start over")
+        done, good_bytes = i + 1, good_bytes + len(raw)
+    if good_bytes < path.stat().st_size:
+        os.truncate(path, good_bytes)
+    return done
+
+
+def write_chunk(fh, lines: list[dict]) -> None:
+    """Append whole records and force them to disk, so that a crash loses at most the chunk being scored."""
+    fh.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer, args, threshold, show_progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(entries), initial=start, desc="orca-score", unit="rec", disable=not show_progress)
+    with open(path, "a", encoding="utf-8") as fh:
+        for begin in range(start, len(entries), args.chunk_size):
+            chunk = entries[begin : begin + args.chunk_size]
+            valid = [e.record for e in chunk if e.record is not None]
+            preds = iter(model.predict(valid, tokenizer, batch_size=args.batch_size, clamp_threshold=threshold) if valid else [])
+            write_chunk(fh, [output_line(e, next(preds) if e.record is not None else None) for e in chunk])
+            bar.update(len(chunk))
+    bar.close()
+
+
+def read_lines(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def finalise(output: Path, entries: list[Entry], count: int) -> list[dict]:
+    """Merge the shards in input order (checking that each holds exactly its entries) and rename into place."""
+    shards = [read_lines(shard_path(output, k, count)) for k in range(count)]
+    for k, shard in enumerate(shards):
+        keys, want = [output_key(o) for o in shard], [e.key for e in entries[k::count]]
+        if keys != want:
+            raise RuntimeError(f"{shard_path(output, k, count)}: holds {len(keys)} lines, expected {len(want)} "
+                               "(or lines out of order): the shard is incomplete")
+    lines = [shards[i % count][i // count] for i in range(len(entries))]
+    if count == 1:
+        os.replace(shard_path(output, 0, 1), output)  # the partial file already is the output, in order
+        return lines
+    tmp = output.with_name(output.name + ".merge.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        write_chunk(fh, lines)
+    os.replace(tmp, output)
+    for k in range(count):
+        shard_path(output, k, count).unlink()
+    return lines
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+
+def metrics_of(records: list[dict], means: list[float], preds: list[dict]) -> dict:
+    from eval_suite.metrics import compute_metrics
+
+    return compute_metrics(
+        means,
+        human_ratings=[r["ratings"] for r in records],
+        pred_variance=None if preds[0]["orca_variance"] is None else [p["orca_variance"] for p in preds],
+        pred_probs=None if preds[0]["orca_probs"] is None else [p["orca_probs"] for p in preds],
+    )
+
+
+def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tuple[dict, dict]:
+    """(counts and system-level scores, metrics with and without clamping on the labelled lines)."""
+    scored = [(e.record, line) for e, line in zip(entries, lines) if e.record is not None]
+    lo, span = config.rating_min, config.rating_max - config.rating_min
+    system = {
+        "mean": _avg([line["orca_mean"] for _, line in scored]),
+        "score": _avg([line["orca_score"] for _, line in scored]),
+        "score_unclamped": _avg([(line["orca_mean"] - lo) / span for _, line in scored]),
+    }
+    rated = [(r, line) for r, line in scored if r["ratings"]]
+    metrics: dict = {}
+    if rated:
+        records, preds = [r for r, _ in rated], [line for _, line in rated]
+        metrics["unclamped"] = metrics_of(records, [p["orca_mean"] for p in preds], preds)
+        if threshold is not None:
+            metrics["clamped"] = metrics_of(records, [lo + span * p["orca_score"] for p in preds], preds)
+    system["human_mean"] = _avg([sum(r["ratings"]) / len(r["ratings"]) for r, _ in rated]) if rated else None
+    return system, metrics
+
+
+def _avg(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def print_metrics(metrics: dict) -> None:
+    cols = ("n", "spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
+    print("\n| scores | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
+    for name, m in metrics.items():
+        cells = ["-" if m.get(c) is None else (str(m[c]) if c == "n" else f"{m[c]:.4f}") for c in cols]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orca-judge")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="orca-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="ORCA model folder (e.g. runs/x/final) or Hub id")
+    p.add_argument("--revision", help="Hub branch, tag or commit (ignored for a folder)")
+    p.add_argument("--input", required=True, type=Path, help="JSONL records (project schema or the ORCA release format)")
+    p.add_argument("--output", required=True, type=Path, help="JSONL, one line per non-blank input line, in order")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--clamp", default="config", metavar="auto|THRESHOLD|off",
+                   help="clamp confident scores to 0/1: auto = the model config's clamp_variance_threshold, a number "
+                        "= that variance threshold (1-5 scale), off = never; default: as the model config says")
+    p.add_argument("--tune-clamp-on", metavar="DEV.jsonl", help="tune the clamp threshold on this labelled file, then apply it")
+    p.add_argument("--summary", type=Path, help="write a JSON summary (system-level scores, metrics, versions) here")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="a line that fails validation: stop with exit code 2 (raise) or write it with orca_error set (skip)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run from its .partial/.shard files")
+    p.add_argument("--chunk-size", type=int, default=256, help="records scored and appended to the partial file at a time")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args) -> dict | None:
+    """Score the input; returns the summary on the main process (None on the others)."""
+    import torch
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    started = time.time()
+    if args.tune_clamp_on and args.clamp != "config":
+        raise UsageError("--tune-clamp-on chooses the clamp threshold: do not combine it with --clamp")
+    if args.batch_size < 1 or args.chunk_size < 1:
+        raise UsageError("--batch-size and --chunk-size must be >= 1")
+    # cpu=True on a machine without a GPU: PartialState() would ignore a torchrun launch there (every process
+    # would think it is alone and score everything); with it the processes form a gloo group. The long barrier
+    # timeout: after --resume one process may finish its shard hours before another (a crashed process is
+    # stopped by the launcher, not by this timeout)
+    cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
+    state = PartialState(cpu=cpu, timeout=timedelta(hours=48))
+    rank, count = state.process_index, state.num_processes
+    entries, blank = read_entries(args.input, args.on_error)
+    mine = entries[rank::count]  # round robin: every process gets a similar share of every part of the file
+
+    partial = shard_path(args.output, rank, count)
+    if partial.exists() and not args.resume:
+        raise UsageError(f"{partial} exists (an interrupted run): pass --resume to continue it, or delete it")
+
+    load_revision, revision_id = resolve_revision(args.model, args.revision)
+    model, tokenizer = load_model(args.model, load_revision, device=state.device)
+    model_config = model.config.to_dict()  # as saved, before the clamp switch below
+    config_clamp = model.config.clamp
+    # the threshold is passed to predict explicitly; with config.clamp left on, predict would clamp under --clamp
+    # off, and the dev scores of --tune-clamp-on must be unclamped
+    model.config.clamp = False
+    threshold, clamp_info = resolve_clamp(args, model, tokenizer, config_clamp)
+
+    start = 0
+    if partial.exists():
+        start = completed_prefix(partial, mine)
+    else:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(b"")
+    score_entries(mine, partial, start, model, tokenizer, args, threshold, show_progress=state.is_main_process and not args.no_progress)
+
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return None
+    lines = finalise(args.output, entries, count)
+    system, metrics = summarise(entries, lines, model.config, threshold)
+    errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
+    summary = {
+        "package": {"name": "orca-judge", "version": package_version()},
+        "model": {"id": args.model, "revision": revision_id, "requested_revision": args.revision},
+        "input": str(args.input), "output": str(args.output),
+        "counts": {
+            "lines": len(entries) + blank, "blank_lines": blank, "records": len(entries),
+            "scored": len(entries) - len(errors), "errors": len(errors),
+            "labelled": sum(1 for e in entries if e.record is not None and e.record["ratings"]),
+            "resumed_from": start if count == 1 else None, "processes": count,
+        },
+        "errors": errors[:1000],
+        "system": system, "clamp": clamp_info, "metrics": metrics,
+        "config": {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "model": model_config},
+        "seconds": round(time.time() - started, 2),
+    }
+    if metrics:
+        print_metrics(metrics)
+    if errors:
+        print(f"{len(errors)} line(s) failed validation and were written with orca_error set", file=sys.stderr)
+    if args.summary:
+        write_json_atomic(args.summary, summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID) from None
+    return 0
+
+
+if __name__ == "__main__":
+    main()

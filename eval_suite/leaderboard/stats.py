@@ -1,0 +1,105 @@
+"""Summaries of scored submissions: means with bootstrap intervals over questions, breakdowns, uncertainty,
+paired bootstrap tests between neighbouring ranks, and the doubtful items. All resampling is seeded numpy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+CONFIDENCE = 0.95
+
+
+def percent(mean: float, lo: float = 1.0, hi: float = 5.0) -> float:
+    """A mean rating on [lo, hi] as a correctness percentage (1 -> 0 %, 5 -> 100 %)."""
+    return 100.0 * (mean - lo) / (hi - lo)
+
+
+def bootstrap_ci(values: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile interval of the mean, resampling questions with replacement."""
+    if len(values) < 2 or resamples <= 0:
+        return float(np.mean(values)), float(np.mean(values))
+    idx = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    means = values[idx].mean(axis=1)
+    alpha = (1 - CONFIDENCE) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> dict:
+    """Mean difference a - b over paired questions, its interval and a two-sided p-value.
+
+    The p-value counts resampled differences at least as far from the observed one as the observed one is
+    from 0 (the bootstrap distribution shifted to the null), with +1 smoothing so it is never exactly 0.
+    """
+    d = a - b
+    n = len(d)
+    if n < 2 or resamples <= 0:
+        return {"n": n, "diff": float(d.mean()) if n else None, "ci": None, "p_value": None}
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    means = d[idx].mean(axis=1)
+    observed = float(d.mean())
+    extreme = int(np.sum(np.abs(means - observed) >= abs(observed)))
+    alpha = (1 - CONFIDENCE) / 2
+    return {"n": n, "diff": observed, "ci": [float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))],
+            "p_value": (extreme + 1) / (resamples + 1)}
+
+
+def breakdown(means: np.ndarray, answered: np.ndarray, groups: list[str], scale: tuple[float, float]) -> dict:
+    """Per group (modality or category): questions, missing answers, mean rating and percentage."""
+    members = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g or "(none)"].append(i)
+    out = {}
+    for g in sorted(members):
+        idx = np.array(members[g])
+        m = float(means[idx].mean())
+        out[g] = {"n": len(idx), "n_missing": int((~answered[idx]).sum()), "mean": m, "percent": percent(m, *scale)}
+    return out
+
+
+def summarise(name: str, means, variances, answered, questions, *, scale, threshold, resamples, seed) -> dict:
+    """The leaderboard entry of one submission. `means`/`variances` cover every question (missing answers were
+    scored as empty answers); `variances` is None for a model that predicts no variance (Bernoulli)."""
+    means = np.asarray(means, dtype=float)
+    answered = np.asarray(answered, dtype=bool)
+    mean = float(means.mean())
+    lo, hi = bootstrap_ci(means, resamples, seed)
+    if variances is None:
+        uncertainty = {"threshold": threshold, "count": None, "share": None,
+                       "note": "not available: the model predicts no variance (Bernoulli head)"}
+    else:
+        high = np.asarray(variances, dtype=float) > threshold
+        uncertainty = {"threshold": threshold, "count": int(high.sum()), "share": float(high.mean())}
+    return {
+        "model_name": name,
+        "n_questions": len(means),
+        "n_answered": int(answered.sum()),
+        "n_missing": int((~answered).sum()),
+        "mean": mean,
+        "mean_ci": [lo, hi],
+        "percent": percent(mean, *scale),
+        "percent_ci": [percent(lo, *scale), percent(hi, *scale)],
+        "high_uncertainty": uncertainty,
+        "by_modality": breakdown(means, answered, [q.modality for q in questions], scale),
+        "by_category": breakdown(means, answered, [q.category for q in questions], scale),
+    }
+
+
+def doubtful_items(questions, scored: list[dict], names: list[str], threshold: float, top: int) -> dict:
+    """Questions whose predicted variance, averaged over the submissions that answered them, exceeds the
+    threshold: the model expects annotators to disagree whatever the answer, a sign of a flawed item."""
+    if any(s["variances"] is None for s in scored):
+        return {"threshold": threshold, "count": None, "items": [],
+                "note": "not available: the model predicts no variance (Bernoulli head)"}
+    flagged = []
+    for i, q in enumerate(questions):
+        var = [s["variances"][i] for s in scored if s["answered"][i]]
+        if not var or float(np.mean(var)) <= threshold:
+            continue
+        flagged.append({
+            "question_id": q.id, "question": q.question, "reference": q.reference, "modality": q.modality,
+            "category": q.category, "mean_variance": float(np.mean(var)), "n_answers": len(var),
+            "means": {n: float(s["means"][i]) for n, s in zip(names, scored) if s["answered"][i]},
+        })
+    flagged.sort(key=lambda x: (-x["mean_variance"], x["question_id"]))
+    return {"threshold": threshold, "count": len(flagged), "items": flagged[:top]}

@@ -1,0 +1,661 @@
+"""Publish ORCA on the Hugging Face Hub, and convert checkpoints of the public reference release.
+
+    python push_to_hub.py model --checkpoint runs/orca/final --repo-id ORG/NAME [--private] [--revision BRANCH]
+    python push_to_hub.py model --checkpoint runs/orca/final --repo-id ORG/NAME --dry-run --local-dir out/model
+    python push_to_hub.py dataset --dir out/orca --repo-id ORG/NAME          # a `dataset_builder build --for-upload` export
+    python push_to_hub.py metric --repo-id ORG/orca_metric                   # the evaluate module as a Gradio Space
+    python push_to_hub.py convert-reference --src REF_RUN --base-model meta-llama/Llama-3.2-1B --out out/converted
+
+Every folder is built in a temporary directory and checked before anything is uploaded or renamed into place,
+so a failure never leaves a half-written folder. Errors (no token, network failure, a refused upload, a bad
+input) are reported in one line with exit code 2. See docs/push_to_hub.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
+from huggingface_hub.errors import HfHubHTTPError
+
+try:  # the HTTP client of huggingface_hub >= 2 (httpx before)
+    from httpx2 import TransportError
+except ImportError:  # pragma: no cover
+    from httpx import TransportError
+
+REPO = Path(__file__).resolve().parent
+METRIC_DIR = REPO / "eval_suite" / "orca_metric"
+
+CITATION = r"""@article{sedlacek2025orca,
+  title   = {{ORCA}: Open-ended Response Correctness Assessment for Audio Question Answering},
+  author  = {Sedl{\'a}{\v{c}}ek, {\v{S}}imon and Barahona, Sara and Yusuf, Bolaji and others},
+  journal = {arXiv preprint arXiv:2512.09066},
+  year    = {2025}
+}"""
+
+# Scored before and after every save/convert: an alias list, an empty rationale, a wrong and a right answer.
+CHECK_RECORDS = [
+    {"id": "c1", "question": "Which instrument plays the melody?", "reference": ["violin", "fiddle"],
+     "rationale": "A solo violin plays over soft piano chords.", "candidate": "It is a violin."},
+    {"id": "c2", "question": "What animal is barking?", "reference": "dog", "rationale": "",
+     "candidate": "A cat, I think."},
+    {"id": "c3", "question": "How many bells ring?", "reference": "three",
+     "rationale": "Three church bells ring one after another.", "candidate": "3"},
+]
+
+# Short names train.py accepts for the offline backbones -> their Hub ids (for the card's `base_model`).
+KNOWN_BACKBONES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+class PublishError(Exception):
+    """A problem reported to the user in one line (exit code 2)."""
+
+
+@contextmanager
+def staging_dir(target: Path | None):
+    """A fresh folder to build in; it becomes `target` (atomic rename) only if the block succeeds. With no
+    target (an upload) it is deleted afterwards either way."""
+    if target is not None:
+        target = Path(target)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise PublishError(f"{target} already exists and is not empty; remove it or choose another folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+    # beside the target so the final rename stays on one filesystem
+    tmp = Path(tempfile.mkdtemp(dir=target.parent if target else None, prefix=f".{target.name if target else 'orca'}-"))
+    try:
+        yield tmp
+        if target is not None:
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            os.rename(tmp, target)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(target, 0o777 & ~umask)  # mkdtemp made it private
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ Hub calls
+
+
+def hub_token() -> str:
+    token = get_token()
+    if not token:
+        raise PublishError("no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token with write access)")
+    return token
+
+
+def upload(folder: Path, repo_id: str, repo_type: str, *, private: bool, revision: str | None, message: str,
+           **create_kwargs) -> str:
+    """create_repo + upload_folder (one commit); returns the commit hash."""
+    api = HfApi(token=hub_token())
+    url = api.create_repo(repo_id, repo_type=repo_type, private=private or None, exist_ok=True, **create_kwargs)
+    if revision and revision != "main":
+        api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
+    info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type=repo_type, revision=revision,
+                             commit_message=message)
+    print(f"uploaded to {url} (branch {revision or 'main'}); pin this upload with revision=\"{info.oid}\"")
+    return info.oid
+
+
+def http_error_message(err: HfHubHTTPError) -> str:
+    status = err.response.status_code if err.response is not None else "?"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    hint = " (check that the token has write access to this namespace)" if status in (401, 403) else ""
+    return f"the Hub refused the request (HTTP {status}){hint}: {first}"
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def load_checkpoint(checkpoint: Path):
+    from transformers import AutoTokenizer
+
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    if (checkpoint / "adapter_config.json").exists():
+        raise PublishError(f"{checkpoint} is a LoRA adapter; publish the merged folder train.py writes (RUN/final)")
+    config_file = checkpoint / "config.json"
+    if not config_file.exists() or json.loads(config_file.read_text()).get("model_type") != "orca":
+        raise PublishError(f"{checkpoint} is not an ORCA model folder (no config.json with model_type 'orca')")
+    model = OrcaForCorrectnessDistribution.from_pretrained(checkpoint).eval()
+    return model, AutoTokenizer.from_pretrained(checkpoint)
+
+
+def find_metrics(checkpoint: Path, given: str | None) -> dict | None:
+    """metrics.json of the training run: given, beside the checkpoint or one level up (RUN/final -> RUN)."""
+    candidates = [Path(given)] if given else [checkpoint / "metrics.json", checkpoint.parent / "metrics.json"]
+    for path in candidates:
+        if path.exists():
+            return json.loads(path.read_text())
+    if given:
+        raise PublishError(f"{given} not found")
+    print(f"warning: no metrics.json beside {checkpoint}; the card will have no evaluation results", file=sys.stderr)
+    return None
+
+
+def hub_base_model(metrics: dict | None, given: str | None) -> str | None:
+    """The backbone's Hub id, when there is one (not a local folder or a random tiny test backbone)."""
+    if given:
+        return given
+    name = ((metrics or {}).get("config") or {}).get("model", {}).get("backbone")
+    if not name or name.startswith("tiny-") or Path(name).exists():
+        return None
+    return KNOWN_BACKBONES.get(name, name if name.count("/") == 1 else None)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def model_card(config, metrics: dict | None, *, repo_id: str, revision: str | None, base_model: str | None,
+               dataset_id: str | None) -> ModelCard:
+    run = (metrics or {}).get("config") or {}
+    stages = run.get("stages", {})
+    done = (metrics or {}).get("stages", {})
+    last_stage = next(reversed(done), None)
+    eval_dataset = (stages.get(last_stage, {}).get("dataset") or last_stage) if last_stage else None
+    test = (metrics or {}).get("test", {})
+
+    # the model's own test metrics as structured results (the baselines only go into the table)
+    names = {"spearman": ("spearmanr", "Spearman rho"), "kendall": ("kendalltau", "Kendall tau-b"),
+             "mae_mean": ("mae", "MAE of the mean rating (1-5)"), "mae_variance": ("mae_variance", "MAE of the rating variance"),
+             "nll": ("nll", "NLL of the human ratings"), "roc_auc": ("roc_auc", "ROC AUC")}
+    eval_results = [
+        EvalResult(task_type="text-classification", task_name="Answer correctness rating distribution",
+                   dataset_type=dataset_id or eval_dataset, dataset_name=eval_dataset, dataset_split="test",
+                   metric_type=metric_type, metric_name=metric_name, metric_value=round(test["orca"][key], 6))
+        for key, (metric_type, metric_name) in names.items()
+        if test.get("orca", {}).get(key) is not None
+    ]
+    data = ModelCardData(
+        model_name=repo_id.split("/")[-1], base_model=base_model, library_name="transformers", license="apache-2.0",
+        language="en", datasets=[dataset_id] if dataset_id else None, eval_results=eval_results or None,
+        tags=["orca", "llm-as-a-judge", "answer-correctness", "custom_code"],
+    )
+
+    lora = run.get("lora", {})
+    body = [
+        f"# {repo_id.split('/')[-1]}", "",
+        "An ORCA judge (Open-ended Response Correctness Assessment, [arXiv 2512.09066](https://arxiv.org/abs/2512.09066)): "
+        "it predicts the distribution of the 1-5 correctness ratings human annotators would give a candidate "
+        "answer, from the question, the reference answer(s), a rationale (text describing the audio) and the candidate.",
+        "", "## Model", "",
+        f"- **Base model**: {base_model or run.get('model', {}).get('backbone') or config.backbone_config.model_type} "
+        f"({config.backbone_config.model_type}, used through `AutoModel`: no vocabulary projection)",
+        f"- **Head**: one linear layer, `{config.score_type}` likelihood with {config.num_head_outputs} output(s), "
+        f"pooling `{config.pooling}`",
+        f"- **LoRA**: r={lora.get('r')}, alpha={lora.get('alpha')}, dropout={lora.get('dropout')}, targets "
+        f"{lora.get('target_modules')}; merged into the weights" if lora.get("enabled") else "- **LoRA**: none (full fine-tuning or head only)",
+        f"- **Input**: fields {config.template_fields}, at most {config.max_length} tokens; reference aliases "
+        f"`{config.reference_mode}`",
+    ]
+    if done:
+        body += ["", "## Training curriculum and data", "",
+                 "| stage | dataset | train / validation / test | steps (best) | peak LR | best dev Spearman |",
+                 "|---|---|---|---|---|---|"]
+        for name, summary in done.items():
+            stage, counts = stages.get(name, {}), summary.get("counts", {})
+            split_counts = " / ".join(str(counts.get(s, "-")) for s in ("train", "validation", "test"))
+            body.append(f"| {name} | `{stage.get('dataset', 'files')}` | {split_counts} | {summary.get('steps')} "
+                        f"({summary.get('best_step')}) | {stage.get('lr')} | {_fmt(summary.get('best_dev_spearman'))} |")
+        body += ["", "Each stage starts from the best checkpoint of the previous one (early stopping on dev Spearman)."]
+    if test:
+        cols = ("spearman", "kendall", "mae", "roc_auc")
+        body += ["", f"## Evaluation ({last_stage} test split)", "", "| judge | " + " | ".join(cols) + " |",
+                 "|---|" + "---|" * len(cols)]
+        body += [f"| {judge} | " + " | ".join(_fmt(m.get(c)) for c in cols) + " |" for judge, m in test.items()]
+    body += [
+        "", "## Usage", "",
+        "`trust_remote_code=True` runs `modeling_orca.py` from this repository: read it, and pin a `revision` "
+        "(a commit hash) so the code you run cannot change under you.", "",
+        "```python", "from transformers import AutoModel, AutoTokenizer", "",
+        f'repo, revision = "{repo_id}", "{revision or "main"}"  # pin a commit hash of this repository',
+        "model = AutoModel.from_pretrained(repo, revision=revision, trust_remote_code=True)",
+        "tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision)",
+        'record = {"question": "Which instrument plays the melody?", "reference": ["violin", "fiddle"],',
+        '          "rationale": "A solo violin plays over soft piano chords.", "candidate": "It is a violin."}',
+        "print(model.predict([record], tokenizer))  # [{'mean': ..., 'variance': ..., 'probs': [...], 'score': ...}]",
+        "```", "",
+        "`mean` and `variance` are on the 1-5 scale, `probs` the probability of each rating"
+        + (" (Beta mass of each fifth of [0, 1])" if config.score_type == "beta" else "")
+        + ", `score` the mean scaled to [0, 1].",
+        "", "## Limitations", "",
+        "- It rates correctness against the given reference answer; it does not check facts on its own, and a wrong "
+        "or incomplete reference gives wrong ratings.",
+        "- Trained on English question answering (mostly audio questions described in text); other languages, "
+        "domains and answer styles are out of distribution.",
+        f"- Inputs longer than {config.max_length} tokens are cut (rationale first, candidate last).",
+        "- It predicts what a population of annotators would say, including their disagreement and biases; it is "
+        "not ground truth and should not be the only judge in high-stakes decisions.",
+    ]
+    if config.score_type == "bernoulli":
+        body.append("- The Bernoulli head predicts the mean rating only: no variance or per-rating probabilities.")
+    body += ["", "## Citation", "", "```bibtex", CITATION, "```", ""]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body))
+
+
+# The loader of the validation: a new interpreter, offline, outside the repository, the code from the folder only.
+VALIDATE_SCRIPT = """
+import json, sys
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+folder, records = sys.argv[1], json.loads(sys.argv[2])
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+model = AutoModel.from_pretrained(folder, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+assert "transformers_modules" in type(model).__module__, type(model).__module__
+print(json.dumps(model.predict(records, tokenizer, batch_size=2)))
+"""
+
+
+def predictions_differ(want: list[dict], got: list[dict], tol: float = 1e-5) -> str | None:
+    """The first difference over `tol` between two lists of `predict` outputs, or None."""
+    for i, (a, b) in enumerate(zip(want, got)):
+        for key in ("mean", "variance", "probs", "score"):
+            x, y = a[key], b[key]
+            xs, ys = (x, y) if isinstance(x, list) else ([x], [y])
+            if (x is None) != (y is None) or (x is not None and max(abs(u - v) for u, v in zip(xs, ys)) > tol):
+                return f"record {i}: {key} {x} != {y}"
+    return None
+
+
+def validate_in_fresh_process(folder: Path, expected: list[dict]) -> None:
+    """Load the folder with AutoModel/AutoTokenizer (trust_remote_code) in a new offline process and check that
+    its predictions equal the checkpoint's."""
+    with tempfile.TemporaryDirectory() as work:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH="", HF_MODULES_CACHE=str(Path(work) / "modules"))
+        proc = subprocess.run([sys.executable, "-c", VALIDATE_SCRIPT, str(folder.resolve()), json.dumps(CHECK_RECORDS)],
+                              capture_output=True, text=True, cwd=work, env=env, timeout=1800)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PublishError(f"the built folder does not load in a fresh process: {last}")
+    problem = predictions_differ(expected, json.loads(proc.stdout.strip().splitlines()[-1]))
+    if problem:
+        raise PublishError(f"the built folder predicts differently from the checkpoint: {problem}")
+
+
+def build_model_folder(args, out: Path) -> None:
+    checkpoint = Path(args.checkpoint)
+    model, tokenizer = load_checkpoint(checkpoint)
+    metrics = find_metrics(checkpoint, args.metrics)
+    model.save_pretrained(out, max_shard_size=args.max_shard_size)  # safetensors; config with auto_map; both code files
+    tokenizer.save_pretrained(out)
+    card = model_card(model.config, metrics, repo_id=args.repo_id, revision=args.revision,
+                      base_model=hub_base_model(metrics, args.base_model), dataset_id=args.dataset_id)
+    card.save(out / "README.md")
+    validate_in_fresh_process(out, model.predict(CHECK_RECORDS, tokenizer, batch_size=2))
+
+
+def cmd_model(args) -> None:
+    if args.dry_run:
+        with staging_dir(Path(args.local_dir)) as tmp:
+            build_model_folder(args, tmp)
+        print(f"wrote and validated {args.local_dir} (dry run: nothing uploaded)")
+        return
+    hub_token()  # fail before the (long) build
+    with staging_dir(None) as tmp:
+        build_model_folder(args, tmp)
+        upload(tmp, args.repo_id, "model", private=args.private, revision=args.revision,
+               message=f"Upload ORCA model from {Path(args.checkpoint).name}")
+
+
+# ------------------------------------------------------------------------------------------------ dataset
+
+
+def check_dataset_export(folder: Path) -> dict:
+    """Refuse an export that holds records of sources not for redistribution, or was built without --for-upload."""
+    import pyarrow.parquet as pq
+
+    from dataset_builder.configs import licence_of, source_key
+
+    if not (folder / "README.md").exists() or not (folder / "stats.json").exists():
+        raise PublishError(f"{folder} is not a dataset_builder export (README.md and stats.json expected)")
+    files = sorted(folder.glob("data/**/*.parquet"))
+    if not files:
+        raise PublishError(f"{folder}/data holds no Parquet files")
+    withheld = Counter()
+    for path in files:  # the records themselves, not only what stats.json claims
+        for source in set(pq.read_table(path, columns=["source"]).column("source").to_pylist()):
+            if licence_of(source) is None:
+                withheld[source_key(source)] += 1
+    if withheld:
+        raise PublishError(f"{folder} holds records of sources marked not for redistribution "
+                           f"({', '.join(sorted(withheld))}); rebuild with `python -m dataset_builder build --for-upload`")
+    stats = json.loads((folder / "stats.json").read_text())
+    if not stats.get("for_upload"):
+        # its card tells readers the export must not be uploaded
+        raise PublishError(f"{folder} was built without --for-upload; rebuild with "
+                           "`python -m dataset_builder build --for-upload`")
+    return stats
+
+
+def cmd_dataset(args) -> None:
+    folder = Path(args.dir)
+    stats = check_dataset_export(folder)
+    print(f"{folder}: configs {', '.join(stats['configs'])}; every source may be redistributed")
+    if args.dry_run:
+        print("dry run: nothing uploaded")
+        return
+    upload(folder, args.repo_id, "dataset", private=args.private, revision=args.revision,
+           message="Upload ORCA correctness ratings (dataset_builder export)")
+
+
+# ------------------------------------------------------------------------------------------------ metric
+
+SPACE_APP = '''"""Gradio app of the ORCA metric Space: paste predicted means and human ratings as JSON."""
+
+import json
+from pathlib import Path
+
+import evaluate
+import gradio as gr
+
+metric = evaluate.load(str(Path(__file__).parent / "{script}"))
+
+
+def compute(predictions: str, references: str, prediction_variances: str):
+    kwargs = dict(predictions=json.loads(predictions), references=json.loads(references))
+    if prediction_variances.strip():
+        kwargs["prediction_variances"] = json.loads(prediction_variances)
+        return evaluate.load(str(Path(__file__).parent / "{script}"), config_name="with_variance").compute(**kwargs)
+    return metric.compute(**kwargs)
+
+
+gr.Interface(
+    fn=compute,
+    inputs=[
+        gr.Textbox(label="predictions: predicted mean rating per item (JSON list)", value="[4.5, 1.5, 3.0]"),
+        gr.Textbox(label="references: human 1-5 ratings per item (JSON list of lists)", value="[[5, 4, 5], [1, 1, 2], [3, 2, 4]]"),
+        gr.Textbox(label="prediction_variances (optional, JSON list)", value=""),
+    ],
+    outputs=gr.JSON(label="{name}"),
+    title="ORCA rating-distribution metric",
+    description=metric.info.description,
+).launch()
+'''
+
+HUB_USAGE = """## Load it from the Hub
+
+```python
+import evaluate
+
+orca = evaluate.load("{repo_id}")
+orca.compute(predictions=[4.5, 1.5, 3.0], references=[[5, 4, 5], [1, 1, 2], [3, 2, 4]])
+```
+
+"""
+
+
+def build_metric_folder(repo_id: str, out: Path) -> str:
+    """The evaluate module as a Space: `evaluate.load("ORG/NAME")` fetches NAME.py from the Space, so the script
+    is named after the repository, and its `eval_suite` import is replaced by a copy of eval_suite/metrics.py
+    beside it (a Space has no eval_suite package; evaluate fetches relative imports)."""
+    import evaluate
+
+    from eval_suite.metrics import compute_metrics
+
+    name = repo_id.split("/")[-1]
+    if not name.isidentifier():
+        raise PublishError(f"metric repository name {name!r} must be a Python identifier (evaluate imports {name}.py)")
+    source = (METRIC_DIR / "orca_metric.py").read_text()
+    old = "from eval_suite.metrics import compute_metrics"
+    if source.count(old) != 1:
+        raise PublishError(f"{METRIC_DIR / 'orca_metric.py'} no longer imports compute_metrics as expected: {old!r}")
+    (out / f"{name}.py").write_text(source.replace(old, "from .orca_metric_core import compute_metrics"))
+    shutil.copyfile(REPO / "eval_suite" / "metrics.py", out / "orca_metric_core.py")
+    (out / "app.py").write_text(SPACE_APP.replace("{script}", f"{name}.py").replace("{name}", name))
+    (out / "requirements.txt").write_text("evaluate>=0.4.5\ndatasets>=4.0\nnumpy>=1.26\nscipy>=1.13\n")
+    card = (METRIC_DIR / "README.md").read_text()
+    marker = "## Metric Description"
+    (out / "README.md").write_text(card.replace(marker, HUB_USAGE.format(repo_id=repo_id) + marker, 1))
+
+    # check: the Space's script loads on its own and agrees with the package
+    preds, refs = [4.5, 1.5, 3.0, 2.0], [[5, 4, 5], [1, 1, 2], [3, 2, 4], [2]]
+    with tempfile.TemporaryDirectory() as cache:
+        got = evaluate.load(str(out / f"{name}.py"), cache_dir=cache).compute(predictions=preds, references=refs)
+    want = compute_metrics(preds, human_ratings=refs)
+    if got["spearman"] != want["spearman"] or got["mae_mean"] != want["mae_mean"]:
+        raise PublishError(f"the Space's metric script disagrees with eval_suite.metrics: {got} != {want}")
+    return name
+
+
+def cmd_metric(args) -> None:
+    if args.dry_run:
+        with staging_dir(Path(args.local_dir)) as tmp:
+            build_metric_folder(args.repo_id, tmp)
+        print(f"wrote and validated {args.local_dir} (dry run: nothing uploaded)")
+        return
+    hub_token()
+    with staging_dir(None) as tmp:
+        build_metric_folder(args.repo_id, tmp)
+        upload(tmp, args.repo_id, "space", private=args.private, revision=args.revision,
+               message="Upload the ORCA evaluate metric", space_sdk="gradio")
+
+
+# ------------------------------------------------------------------------------------------------ reference release
+
+# The reference release's input string
+#   " |context: {rationale} |question: {question} |correct answer: {reference} |candidate answer: {candidate}"
+# (tokenised without special tokens, pooled at the last real token) in OrcaConfig's template terms.
+REFERENCE_TEMPLATE = dict(
+    template_fields=["rationale", "question", "reference", "candidate"],
+    field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ",
+                  "candidate": "|candidate answer: "},
+    field_separator=" ", template_prefix=" ", skip_empty_fields=False, add_special_tokens=False, pooling="last",
+)
+# reference score_type -> ours. "mse" is scored like "bernoulli" (softmax entry 0) and "bmm" like "beta"
+# (the same parameters, trained with other losses).
+REFERENCE_SCORE_TYPES = {"bernoulli": "bernoulli", "mse": "bernoulli", "beta": "beta", "bmm": "beta",
+                         "multinomial": "multinomial"}
+REFERENCE_HEAD_OUTPUTS = {"bernoulli": 2, "beta": 2, "multinomial": 5}
+
+
+def read_reference_config(path: Path) -> dict:
+    """yaml.safe_load plus one tag: the release writes its config with yaml.dump, which tags the default
+    `layers_to_use: (-1,)` as `!!python/tuple`. It is read as a list; every other Python tag is still refused."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: loader.construct_sequence(node))
+    try:
+        return yaml.load(path.read_text(), Loader=Loader) or {}
+    except yaml.YAMLError as err:
+        raise PublishError(f"{path}: not a plain YAML config: {' '.join(str(err).split())}") from err
+
+
+def reference_input(record: dict) -> str:
+    refs = record["reference"]
+    ref = refs if isinstance(refs, str) else " / ".join(refs)
+    return (f" |context: {record.get('rationale') or ''} |question: {record['question']} "
+            f"|correct answer: {ref} |candidate answer: {record['candidate']}")
+
+
+def reference_scores(causal_lm, tokenizer, weight, bias, score_type: str, records: list[dict]) -> list[float]:
+    """Scores in [0, 1] computed the way the reference release does (one input at a time, no padding)."""
+    import torch
+
+    scores = []
+    with torch.no_grad():
+        for record in records:
+            ids = tokenizer(reference_input(record), add_special_tokens=False, return_tensors="pt")["input_ids"]
+            hidden = causal_lm(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1].float()
+            z = hidden @ weight.float().T + bias.float()
+            if score_type == "beta":
+                alpha, beta = z.exp()
+                scores.append(float(alpha / (alpha + beta)))
+            elif score_type == "multinomial":
+                scores.append(float(z.softmax(-1) @ torch.arange(5.0)) / 4)
+            else:
+                scores.append(float(z.softmax(-1)[0]))
+    return scores
+
+
+def read_reference_checkpoint(src: Path) -> tuple[dict, dict]:
+    import torch
+
+    model_dir = src / "model"
+    for need in (model_dir / "config.yaml", model_dir / "model_minus_lm.pt", model_dir / "lm", src / "tokenizer"):
+        if not need.exists():
+            raise PublishError(f"{need} not found: expected a reference checkpoint with model/config.yaml, "
+                               "model/lm/, model/model_minus_lm.pt and tokenizer/")
+    ref_config = read_reference_config(model_dir / "config.yaml")
+    if ref_config.get("score_type") not in REFERENCE_SCORE_TYPES:
+        raise PublishError(f"reference score_type {ref_config.get('score_type')!r} is not one of "
+                           f"{', '.join(REFERENCE_SCORE_TYPES)}")
+    if list(ref_config.get("layers_to_use", [-1]) or []) != [-1]:
+        raise PublishError(f"layers_to_use={ref_config['layers_to_use']}: only the last layer ([-1]) can be converted")
+    if ref_config.get("use_cls_token"):
+        raise PublishError("use_cls_token=True (a learned extra input token) cannot be converted")
+    try:  # weights_only: a .pt file is a pickle, and a full unpickle could run arbitrary code
+        head = torch.load(model_dir / "model_minus_lm.pt", map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise PublishError(f"{model_dir / 'model_minus_lm.pt'} is not a plain tensor state dict: "
+                           f"{str(err).strip().splitlines()[0]}") from err
+    if not isinstance(head, dict) or set(head) != {"linear.weight", "linear.bias"}:
+        keys = sorted(head) if isinstance(head, dict) else type(head).__name__
+        raise PublishError(f"model_minus_lm.pt must hold exactly linear.weight and linear.bias, got {keys}")
+    return ref_config, head
+
+
+def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: str = "float32") -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from configuration_orca import OrcaConfig
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    ref_config, head = read_reference_checkpoint(src)
+    ref_type = REFERENCE_SCORE_TYPES[ref_config["score_type"]]
+    lm_dir = src / "model" / "lm"
+    # merge in float32 whatever the stored dtype, then cast once at the end
+    if (lm_dir / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        if not base_model:
+            raise PublishError(f"{lm_dir} is a LoRA adapter: pass --base-model (the Hub id or folder it was trained on)")
+        causal = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+        causal = PeftModel.from_pretrained(causal, lm_dir).merge_and_unload()
+    else:
+        causal = AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
+    causal.eval()
+    tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
+    if tokenizer.pad_token is None:  # padding is masked and never pooled: any token will do
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+
+    weight, bias = head["linear.weight"].float(), head["linear.bias"].float()
+    backbone = causal.base_model  # the decoder without its lm_head: what AutoModel loads
+    hidden = backbone.config.get_text_config().hidden_size
+    if tuple(weight.shape) != (REFERENCE_HEAD_OUTPUTS[ref_type], hidden) or tuple(bias.shape) != (weight.shape[0],):
+        raise PublishError(f"head of shape {tuple(weight.shape)} does not fit score_type {ref_config['score_type']!r} "
+                           f"and hidden size {hidden} (expected {(REFERENCE_HEAD_OUTPUTS[ref_type], hidden)})")
+
+    backbone.config.pad_token_id = tokenizer.pad_token_id
+    # the release never truncates: allow the backbone's whole context
+    max_length = getattr(backbone.config.get_text_config(), "max_position_embeddings", None) or 512
+    # a new composite config resets its sub-config's attention implementation: restore it (as from_backbone does)
+    attn_implementation = backbone.config._attn_implementation
+    config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, max_length=max_length, **REFERENCE_TEMPLATE)
+    config._attn_implementation = attn_implementation
+    model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
+    with torch.no_grad():
+        if ref_type == "bernoulli":
+            # softmax([z0, z1])[0] = sigmoid(z0 - z1): one logit with the difference of the two rows
+            model.score_head.weight.copy_((weight[0] - weight[1])[None])
+            model.score_head.bias.copy_((bias[0] - bias[1])[None])
+        else:
+            model.score_head.weight.copy_(weight)
+            model.score_head.bias.copy_(bias)
+
+    want = reference_scores(causal, tokenizer, weight, bias, ref_type, CHECK_RECORDS)
+    got = [p["score"] for p in model.predict(CHECK_RECORDS, tokenizer, batch_size=len(CHECK_RECORDS))]
+    worst = max(abs(a - b) for a, b in zip(want, got))
+    if worst > 1e-4:
+        raise PublishError(f"the converted model's scores differ from the reference computation by {worst:.2e}")
+
+    model.to(getattr(torch, dtype_name))
+    with staging_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    print(f"converted {src} ({ref_config['score_type']} -> {ref_type}) into {out}; "
+          f"scores equal the reference computation (max difference {worst:.1e})")
+
+
+def cmd_convert(args) -> None:
+    convert_reference(Path(args.src), args.base_model, Path(args.out), args.dtype)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def publishing(name, help_text, func):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
+        p.add_argument("--private", action="store_true", help="create the repository private")
+        p.add_argument("--revision", default=None, help="branch to commit to (created when missing; default main)")
+        p.add_argument("--dry-run", action="store_true", help="build and check everything, upload nothing")
+        p.set_defaults(func=func)
+        return p
+
+    p = publishing("model", "upload a trained ORCA model folder with a model card", cmd_model)
+    p.add_argument("--checkpoint", required=True, help="merged model folder (train.py's RUN/final)")
+    p.add_argument("--local-dir", help="with --dry-run: write the repository folder here")
+    p.add_argument("--max-shard-size", default="2GB", help="safetensors shard size (default 2GB)")
+    p.add_argument("--metrics", default=None, help="metrics.json of the run (default: beside the checkpoint or above)")
+    p.add_argument("--base-model", default=None, help="Hub id of the backbone for the card (default: from metrics.json)")
+    p.add_argument("--dataset-id", default=None, help="Hub id of the training/evaluation dataset for the card")
+
+    p = publishing("dataset", "upload a dataset_builder export (built with --for-upload)", cmd_dataset)
+    p.add_argument("--dir", required=True, help="the export folder (python -m dataset_builder build --out DIR)")
+
+    p = publishing("metric", "upload eval_suite/orca_metric as an evaluate Space", cmd_metric)
+    p.add_argument("--local-dir", help="with --dry-run: write the Space folder here")
+
+    p = sub.add_parser("convert-reference", help="convert a reference-release checkpoint into this format")
+    p.add_argument("--src", required=True, help="reference checkpoint folder holding model/ and tokenizer/")
+    p.add_argument("--base-model", default=None, help="base causal LM of a LoRA adapter in model/lm (Hub id or folder)")
+    p.add_argument("--out", required=True, help="output folder (must not exist or be empty)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="dtype of the saved weights")
+    p.set_defaults(func=cmd_convert)
+
+    args = parser.parse_args(argv)
+    if getattr(args, "dry_run", False) and hasattr(args, "local_dir") and not args.local_dir:
+        parser.error("--dry-run needs --local-dir OUT")
+    if getattr(args, "local_dir", None) and not args.dry_run:
+        parser.error("--local-dir is only used with --dry-run")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        args.func(args)
+    except PublishError as err:
+        message = str(err)
+    except HfHubHTTPError as err:
+        message = http_error_message(err)
+    except (TransportError, ConnectionError, TimeoutError) as err:
+        offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0") else ""
+        message = f"network failure talking to the Hub{offline}: {type(err).__name__}: {err}; nothing was committed"
+    else:
+        return 0
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)  # one line
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

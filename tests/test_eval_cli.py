@@ -1,0 +1,271 @@
+"""orca-score (eval_suite/cli.py) on a tiny random ORCA model saved to a folder: order, validation, clamping,
+resume after an interruption, and a 2-process `accelerate launch` run equal to the single-process one."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eval_suite import cli
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = "dog cat cow owl frog horse sheep goat bird fish lion bear wolf fox deer".split()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny llama ORCA with a large random head, so predictions vary and some are confident near 1 or 5
+    (what clamping acts on)."""
+    from transformers import AutoTokenizer
+
+    from configuration_orca import OrcaConfig
+    from eval_suite.backbones import smollm2_path
+    from modeling_orca import OrcaForCorrectnessDistribution
+    from train import tiny_backbone_config
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())  # our own copy: we set its pad token
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(0)
+    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=tiny_backbone_config("llama", len(tokenizer))))
+    with torch.no_grad():
+        model.score_head.weight.copy_(torch.randn(model.score_head.weight.shape, generator=torch.Generator().manual_seed(1)))
+    folder = tmp_path_factory.mktemp("model") / "orca-tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_lines(n: int, seed: int, labelled: bool = True) -> list[dict]:
+    """Release-format records (reference as a string, `transcription`), plus an extra key that must survive."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        line = {"id": f"s{seed}-{i}", "question": "Which animal can be heard?", "reference": rng.choice(WORDS),
+                "rationale": "An animal call.", "transcription": "", "candidate": " ".join(rng.sample(WORDS, 3)),
+                "note": f"kept-{i}"}
+        if labelled:
+            line["ratings"] = [rng.randint(1, 5) for _ in range(rng.choice([1, 3]))]
+        lines.append(line)
+    return lines
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def score(model_dir, inp, out, *extra) -> dict:
+    summary = out.with_suffix(".summary.json")
+    assert cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(out), "--summary", str(summary),
+                     "--no-progress", *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir):
+    from transformers import AutoModel, AutoTokenizer
+
+    from dataset_builder.schema import validate_record
+
+    lines = make_lines(10, 0) + make_lines(4, 1, labelled=False)
+    random.Random(2).shuffle(lines)
+    inp = write_jsonl(tmp_path / "in.jsonl", lines[:7] + [""] + lines[7:])  # a blank line is counted, not output
+    summary = score(model_dir, inp, tmp_path / "out.jsonl", "--batch-size", "3", "--chunk-size", "5", "--clamp", "off")
+
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert [o["id"] for o in out] == [x["id"] for x in lines]
+    assert all(o["note"] == x["note"] and o["orca_error"] is None for o, x in zip(out, lines))
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True)
+    expected = model.predict([validate_record(x) for x in lines], AutoTokenizer.from_pretrained(model_dir))
+    np.testing.assert_allclose([o["orca_mean"] for o in out], [p["mean"] for p in expected], atol=1e-5)
+    np.testing.assert_allclose([o["orca_probs"] for o in out], [p["probs"] for p in expected], atol=1e-5)
+    np.testing.assert_allclose([o["orca_score"] for o in out], [(o["orca_mean"] - 1) / 4 for o in out], atol=1e-9)
+    assert not (tmp_path / "out.jsonl.partial").exists()
+
+    assert summary["counts"] == {
+        "lines": 15, "blank_lines": 1, "records": 14, "scored": 14, "errors": 0, "labelled": 10, "resumed_from": 0, "processes": 1}
+    assert summary["package"]["version"] not in ("", None)
+    assert summary["model"]["revision"].startswith(str(model_dir.resolve()) + "#files-sha256:")
+    assert summary["system"]["mean"] == pytest.approx(np.mean([o["orca_mean"] for o in out]))
+    assert summary["metrics"]["unclamped"]["n"] == 10 and "clamped" not in summary["metrics"]
+    assert summary["config"]["model"]["score_type"] == "multinomial"
+
+
+def test_unlabelled_input_gives_scores_and_no_metrics(tmp_path, model_dir, capsys):
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(5, 3, labelled=False))
+    summary = score(model_dir, inp, tmp_path / "out.jsonl")
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert len(out) == 5 and all(0 <= o["orca_score"] <= 1 and len(o["orca_probs"]) == 5 for o in out)
+    assert summary["metrics"] == {} and summary["system"]["human_mean"] is None
+    assert "spearman" not in capsys.readouterr().out  # no metric table without ratings
+
+
+BAD = [
+    ('{"id": "x1", "question": "q", "candidate": "a dog"}', "field 'reference'"),
+    ("this is not json", "malformed JSON"),
+    ('{"id": "x2", "question": "q", "reference": "dog", "candidate": "dog", "ratings": [7]}', "field 'ratings'"),
+    ('{"id": "s4-0", "question": "q", "reference": "dog", "candidate": "dog"}', "duplicate id"),
+]
+
+
+def test_bad_lines_raise_exit_2_naming_file_line_field(tmp_path, model_dir, capsys):
+    good = make_lines(3, 4)
+    for bad, what in BAD:
+        inp = write_jsonl(tmp_path / "in.jsonl", [good[0], good[1], bad, good[2]])
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(tmp_path / "out.jsonl")])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{inp}:3: " in err and what in err
+        assert not list(tmp_path.glob("out.jsonl*"))  # nothing written
+
+
+def test_bad_lines_skip_are_written_in_place_and_counted(tmp_path, model_dir):
+    good = make_lines(4, 4)
+    inp = write_jsonl(tmp_path / "in.jsonl", [good[0], BAD[0][0], good[1], BAD[1][0], good[2], BAD[2][0], BAD[3][0], good[3]])
+    summary = score(model_dir, inp, tmp_path / "out.jsonl", "--on-error", "skip", "--chunk-size", "3")
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert len(out) == 8
+    assert [o["id"] for o in out if o["orca_error"] is None] == [g["id"] for g in good]
+    errors = [o for o in out if o["orca_error"] is not None]
+    assert [o["orca_line"] for o in errors] == [2, 4, 6, 7]
+    assert all(o["orca_score"] is None and o["orca_mean"] is None for o in errors)
+    assert errors[1]["orca_input"] == "this is not json" and errors[0]["id"] == "x1"  # the input is kept
+    assert summary["counts"]["errors"] == 4 and summary["counts"]["scored"] == 4
+    assert [e["line"] for e in summary["errors"]] == [2, 4, 6, 7]
+
+
+def test_clamp_modes(tmp_path, model_dir):
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(40, 5))
+    score(model_dir, inp, tmp_path / "off.jsonl", "--clamp", "off")
+    summary = score(model_dir, inp, tmp_path / "num.jsonl", "--clamp", "0.3")
+    off, num = read_jsonl(tmp_path / "off.jsonl"), read_jsonl(tmp_path / "num.jsonl")
+    changed = 0
+    for a, b in zip(off, num):
+        s, v = a["orca_score"], a["orca_variance"]
+        should = v <= 0.3 and (s < 0.125 or s > 0.875)
+        assert b["orca_score"] == (round(s) if should else pytest.approx(s, abs=1e-6))
+        changed += should
+    assert 0 < changed < len(off)  # the fixture model has confident and unconfident items near the ends
+    assert summary["clamp"]["threshold"] == 0.3 and {"clamped", "unclamped"} <= set(summary["metrics"])
+    assert summary["metrics"]["clamped"]["mae_mean"] != summary["metrics"]["unclamped"]["mae_mean"]
+
+    # auto: the threshold stored in the config; none stored is an error
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(tmp_path / "auto.jsonl"), "--clamp", "auto"])
+    assert exit_info.value.code == 2 and not list(tmp_path.glob("auto.jsonl*"))
+    config = json.loads((model_dir / "config.json").read_text())
+    clamped_dir = shutil.copytree(model_dir, tmp_path / "clamped-model")
+    (clamped_dir / "config.json").write_text(json.dumps(config | {"clamp": True, "clamp_variance_threshold": 0.3}))
+    score(clamped_dir, inp, tmp_path / "auto.jsonl", "--clamp", "auto")
+    score(clamped_dir, inp, tmp_path / "default.jsonl")  # default: as the config says
+    score(clamped_dir, inp, tmp_path / "off2.jsonl", "--clamp", "off")  # off wins over config.clamp
+    assert read_jsonl(tmp_path / "auto.jsonl") == read_jsonl(tmp_path / "default.jsonl") == num
+    assert [o["orca_score"] for o in read_jsonl(tmp_path / "off2.jsonl")] == [o["orca_score"] for o in off]
+
+
+def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
+    from transformers import AutoModel, AutoTokenizer
+
+    from dataset_builder.schema import validate_record
+    from eval_suite.clamping import tune_clamp_threshold
+
+    dev_lines = make_lines(40, 6)
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True)
+    preds = model.predict([validate_record(x) for x in dev_lines], AutoTokenizer.from_pretrained(model_dir))
+    for line, p in zip(dev_lines, preds):  # humans side with the model's call: clamping confident items pays off
+        line["ratings"] = [5, 5, 5] if p["mean"] >= 3 else [1, 1, 1]
+    dev = write_jsonl(tmp_path / "dev.jsonl", dev_lines)
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(20, 7))
+    expected, _ = tune_clamp_threshold([p["score"] for p in preds], [p["variance"] for p in preds],
+                                       [line["ratings"][0] for line in dev_lines])
+    assert expected > 0  # some clamping helps on this dev set
+
+    summary = score(model_dir, inp, tmp_path / "out.jsonl", "--tune-clamp-on", str(dev))
+    assert summary["clamp"]["mode"] == "tuned" and summary["clamp"]["dev_items"] == 40
+    assert summary["clamp"]["threshold"] == pytest.approx(expected)
+    assert {"clamped", "unclamped"} <= set(summary["metrics"])
+    assert summary["clamp"]["dev_clamped"]["objective"] > summary["clamp"]["dev_unclamped"]["objective"]
+    with pytest.raises(SystemExit):
+        cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(tmp_path / "x.jsonl"),
+                  "--tune-clamp-on", str(dev), "--clamp", "0.1"])
+
+
+def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir, monkeypatch):
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(20, 8))
+    args = ["--chunk-size", "4", "--batch-size", "4"]
+    score(model_dir, inp, tmp_path / "straight.jsonl", *args)
+
+    out = tmp_path / "out.jsonl"
+    real_write, calls = cli.write_chunk, []
+
+    def write_then_die(fh, lines):
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated kill after two chunks")
+        calls.append(len(lines))
+        real_write(fh, lines)
+
+    monkeypatch.setattr(cli, "write_chunk", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        score(model_dir, inp, out, *args)
+    monkeypatch.setattr(cli, "write_chunk", real_write)
+    partial = tmp_path / "out.jsonl.partial"
+    assert len(read_jsonl(partial)) == 8 and not out.exists()
+    with partial.open("a") as fh:
+        fh.write('{"id": "s8-8", "orca_me')  # a torn line from a kill mid-write
+
+    with pytest.raises(SystemExit) as exit_info:  # an existing partial file needs --resume
+        cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(out), *args])
+    assert exit_info.value.code == 2
+    summary = score(model_dir, inp, out, *args, "--resume")
+    assert summary["counts"]["resumed_from"] == 8
+    resumed, straight = read_jsonl(out), read_jsonl(tmp_path / "straight.jsonl")
+    assert [o["id"] for o in resumed] == [o["id"] for o in straight]
+    np.testing.assert_allclose([o["orca_mean"] for o in resumed], [o["orca_mean"] for o in straight], atol=1e-6)
+    assert not partial.exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_accelerate_launch_equals_single_process(tmp_path, model_dir):
+    lines = make_lines(13, 9) + ["not json"] + make_lines(4, 10, labelled=False)
+    inp = write_jsonl(tmp_path / "in.jsonl", lines)
+    common = ["--model", str(model_dir), "--input", str(inp), "--on-error", "skip", "--chunk-size", "3", "--no-progress"]
+    single = score(model_dir, inp, tmp_path / "single.jsonl", "--on-error", "skip", "--chunk-size", "3")
+
+    # `accelerate launch --cpu` starts one process unless MPI is set up; --multi_gpu is its torchrun launcher, which
+    # on a machine without GPUs gives CPU processes (the CLI then asks PartialState for a gloo group)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+           "-m", "eval_suite.cli", *common, "--output", str(tmp_path / "multi.jsonl"),
+           "--summary", str(tmp_path / "multi.summary.json")]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    a, b = read_jsonl(tmp_path / "single.jsonl"), read_jsonl(tmp_path / "multi.jsonl")
+    assert [o.get("id") for o in b] == [o.get("id") for o in a] and len(b) == 18
+    assert [o["orca_error"] is None for o in b] == [o["orca_error"] is None for o in a]
+    for key in ("orca_mean", "orca_score"):
+        np.testing.assert_allclose([o[key] or 0.0 for o in b], [o[key] or 0.0 for o in a], atol=1e-6)
+    multi = json.loads((tmp_path / "multi.summary.json").read_text())
+    assert multi["counts"]["processes"] == 2 and multi["counts"]["errors"] == single["counts"]["errors"] == 1
+    assert not list(tmp_path.glob("multi.jsonl.*"))  # shards merged and removed
