@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv test test-fast quickstart lint bench clean
+.PHONY: venv browser test test-fast quickstart leaderboard-demo lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,7 +19,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: venv
+# Debian chromium for the leaderboard page's headless-browser test (the test skips, saying why, without it)
+browser:
+	test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "warning: could not install chromium; the browser test will be skipped"
+
+test: venv browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 test-fast: venv
@@ -27,6 +32,18 @@ test-fast: venv
 
 quickstart: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/quickstart.yaml
+
+# the two real audio-LM answer sets on MMAU test-mini, scored by the quickstart model
+leaderboard-demo: venv
+	test -d runs/quickstart/final || { echo "run make quickstart first"; exit 1; }
+	mkdir -p runs/leaderboard-demo/submissions
+	for f in qwen2_audio_7b_instruct qwen_audio_chat; do \
+	  HF_HUB_OFFLINE=1 $(VENV)/bin/orca-leaderboard export-submission --benchmark mmau-test-mini \
+	    --lalm-outputs $${ORCA_DATA_DIR:-../shared/data}/lalm_outputs_mmau/$${f}_results.json \
+	    --out runs/leaderboard-demo/submissions/$$f.jsonl || exit 1; \
+	done
+	HF_HUB_OFFLINE=1 $(VENV)/bin/orca-leaderboard --model runs/quickstart/final --benchmark mmau-test-mini \
+	  --submissions runs/leaderboard-demo/submissions/*.jsonl --out runs/leaderboard-demo --no-progress
 
 lint: venv
 	$(VENV)/bin/ruff check .

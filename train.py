@@ -129,7 +129,10 @@ def read_yaml_with_base(path: Path) -> dict:
 def load_run_config(path: str | None, overrides: list[str]) -> dict:
     config = copy.deepcopy(DEFAULTS)
     if path:
-        config = deep_update(config, read_yaml_with_base(Path(path)))
+        data = read_yaml_with_base(Path(path))
+        if "stages" in data:  # a file's curriculum replaces the default one (stage by stage merging would add stages)
+            config["stages"] = {}
+        config = deep_update(config, data)
     config = deep_update(config, parse_overrides(overrides))
     if config["model"]["backbone"] is None:
         raise SystemExit("model.backbone is not set (a folder, a Hub id, 'minilm' or 'smollm2')")
@@ -572,7 +575,8 @@ def run(cfg: dict, resume: bool = False) -> dict:
     mp = t["mixed_precision"]
     if mp == "auto":
         mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    accelerator = Accelerator(mixed_precision=mp)
+    # cpu=True without a GPU: otherwise each process of a multi-process CPU launch thinks it is alone
+    accelerator = Accelerator(mixed_precision=mp, cpu=not torch.cuda.is_available())
     set_seed(cfg["seed"])
     run_dir = Path(cfg["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -653,7 +657,8 @@ def run(cfg: dict, resume: bool = False) -> dict:
         atomic_save_dir(run_dir / "final", write_final)
         with (run_dir / "test_predictions.jsonl").open("w") as f:
             for record, pred in zip(test_records, test_preds):
-                f.write(json.dumps({"id": record["id"], **pred, "ratings": record["ratings"]}) + "\n")
+                keep = {k: record[k] for k in ("benchmark", "question_id", "answerer", "modality", "category") if k in record}
+                f.write(json.dumps({"id": record["id"], **keep, **pred, "ratings": record["ratings"]}) + "\n")
     results.update(
         wall_seconds=round(time.time() - started, 1), versions=versions(), config=cfg,
         model_revision=cfg["model"]["revision"], backbone=cfg["model"]["backbone"],

@@ -51,6 +51,13 @@ def test_epoch_batches_are_full_deterministic_and_length_bucketed():
     assert spread < 40  # vs ~270 for random batches of 16 lengths in 5..300
 
 
+def test_a_config_file_curriculum_replaces_the_default_one(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: {backbone: tiny-llama}\nstages:\n  s3: {dataset: s3_evouna_nq, max_steps: 7, lr: 1.0e-4}\n")
+    cfg = load_run_config(str(path), ["--stages.s3.max_steps", "9"])
+    assert cfg["stages"] == {"s3": {"dataset": "s3_evouna_nq", "max_steps": 9, "lr": 1e-4}}
+
+
 def test_overrides_are_parsed_as_yaml_and_unknown_stage_rejected():
     cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--training.eval_every", "7", "--skip_stages", "[s1, s2]",
                                  "--stages.s3.lr", "1e-4"])

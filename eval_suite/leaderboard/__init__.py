@@ -189,12 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     except SubmissionError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
+    except OSError as e:  # a model that cannot be loaded, an output folder that cannot be written
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for entry in result["entries"]:
         print(f"{entry['rank']:>3}  {entry['percent']:6.1f} %  [{entry['percent_ci'][0]:.1f}, "
               f"{entry['percent_ci'][1]:.1f}]  missing {entry['n_missing']:>4}  {entry['model_name']}")
     print(f"wrote {result['out']}/index.html")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataset_builder.readers import read_lalm_outputs, read_mmar, read_mmau
+from dataset_builder.schema import RecordError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +144,12 @@ def load_questions(benchmark: str, data_dir: Path | None = None, questions: Path
         questions = Path(data_dir or default_data_dir()) / spec.default_file
     if not Path(questions).exists():
         raise SubmissionError([f"{questions}: benchmark file not found (set --data-dir, ORCA_DATA_DIR or --questions)"])
-    items = spec.load(Path(questions))
+    try:
+        items = spec.load(Path(questions))
+    except SubmissionError:
+        raise
+    except (RecordError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise SubmissionError([f"{questions}: not a {spec.title} question file: {e}"]) from None
     seen: set[str] = set()
     dupes = sorted({q.id for q in items if q.id in seen or seen.add(q.id)})
     if dupes:
