@@ -64,6 +64,9 @@ class OrcaConfig(PreTrainedConfig):
             finite Beta log-density.
         beta_log_param_limit (`float`): log alpha and log beta are clamped to +-this so extreme logits give finite
             losses and statistics.
+        share_prefix (`bool`): at scoring time (`predict`), compute the tokens shared by all answers to one question
+            (the fields before the candidate) once for all of them. Exact, and used only where it is (a causal
+            decoder pooled at the last token); a switch for measuring it, not a modelling choice.
     """
 
     model_type = "orca"
@@ -94,6 +97,7 @@ class OrcaConfig(PreTrainedConfig):
     head_init_bias: float = 0.0
     beta_epsilon: float = 1e-3
     beta_log_param_limit: float = 15.0
+    share_prefix: bool = True
 
     def __post_init__(self, **kwargs):
         if self.field_labels is None:

@@ -399,6 +399,77 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             attention_mask[i, : len(ids)] = 1
         return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
 
+    # tokens of one row of prefix-shared scoring (a question's shared ids and some of its answers' ids): longer
+    # rows waste attention work (every token of a row is scored against all of its tokens, masked or not)
+    share_row_tokens = 512
+
+    def prefix_sharing_supported(self) -> bool:
+        """Whether `predict` can compute an input's shared ids once for all inputs that start with them: exact for
+        a causal decoder pooled at the last token (the shared tokens never see what follows them), under an
+        attention implementation that takes a custom 4D mask (sdpa, eager). Encoders (BERT) and mean or cls
+        pooling are scored one input per row."""
+        if self.config.pooling != "last":
+            return False
+        if self.backbone.config._attn_implementation not in ("sdpa", "eager"):
+            return False
+        flags = [m.is_causal for m in self.backbone.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+        return bool(flags) and all(flags)
+
+    def _row_limit(self) -> int:
+        # a 4D mask replaces the backbone's own masks, sliding-window ones included: rows within the window only
+        window = getattr(self.backbone.config.get_text_config(), "sliding_window", None)
+        return min(self.share_row_tokens, window) if window else self.share_row_tokens
+
+    def _score_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, progress) -> torch.Tensor:
+        """Logits of each input, one input per row: longest first, batches of up to `budget` tokens (padding
+        included) through `forward`."""
+        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
+        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
+        for idx in _token_batches(order, [len(t) for t in token_ids], budget):
+            out = self(**self.collate([token_ids[j] for j in idx], pad_id))
+            logits[idx] = out.logits.float().cpu()
+            progress(len(idx))
+        return logits
+
+    def _score_shared(self, rows: list[_PrefixTree], n: int, pad_id: int, budget: int, progress) -> torch.Tensor:
+        """Logits of inputs given as prefix trees, one tree per batch row: every distinct prefix of the inputs of a
+        tree is one token of the row, attending to itself and its ancestors (a tree-shaped causal mask, position =
+        depth), and each input is pooled at its last token's node. Equal to scoring every input on its own row:
+        in a causal decoder a token's hidden states depend on its prefix only."""
+        logits = torch.empty((n, self.config.num_head_outputs), dtype=torch.float32)
+        lengths = [len(r.tokens) for r in rows]
+        order = sorted(range(len(rows)), key=lambda u: -lengths[u])
+        eager = self.backbone.config._attn_implementation == "eager"
+        for batch in _token_batches(order, lengths, budget):
+            width = max(lengths[u] for u in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            position_ids = torch.zeros((len(batch), width), dtype=torch.long)
+            mask = torch.eye(width, dtype=torch.bool).repeat(len(batch), 1, 1)  # padding sees itself: no NaN
+            b_idx, t_idx, targets = [], [], []
+            for b, u in enumerate(batch):
+                row = rows[u]
+                size = len(row.tokens)
+                input_ids[b, :size] = torch.tensor(row.tokens, dtype=torch.long)
+                position_ids[b, :size] = torch.tensor(row.depth, dtype=torch.long)
+                mask[b, :size, :size] = torch.from_numpy(row.ancestors())
+                for j, node in row.ends:
+                    b_idx.append(b)
+                    t_idx.append(node)
+                    targets.append(j)
+            mask = mask[:, None]
+            if eager:
+                mask = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
+            hidden = self.backbone(
+                input_ids=input_ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device),
+                **self._backbone_kwargs,
+            ).last_hidden_state
+            pooled = hidden[torch.tensor(b_idx, device=hidden.device), torch.tensor(t_idx, device=hidden.device)]
+            logits[targets] = self.score_head(pooled.to(self.score_head.weight.dtype)).float().cpu()
+            progress(len(targets))
+        return logits
+
     @torch.inference_mode()
     def predict(
         self,
@@ -407,12 +478,20 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         batch_size: int = 16,
         show_progress: bool = False,
         clamp_threshold: float | None = None,
+        *,
+        share_prefix: bool | None = None,
+        max_batch_tokens: int | None = None,
     ) -> list[dict[str, Any]]:
         """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
         `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
-        `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. Inputs are tokenised once and
-        run longest first in batches of similar length; with reference_mode='max' each alias is one input and the
-        alias giving the highest mean wins."""
+        `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
+        each alias is one input and the alias giving the highest mean wins.
+
+        Inputs are tokenised once; identical inputs are scored once. Batches hold up to `max_batch_tokens` tokens
+        (default `batch_size * 256`), longest inputs first. With `share_prefix` (default: the config's
+        `share_prefix`) and a causal decoder pooled at the last token, the ids shared by all answers to one
+        question (the fields before the candidate) are computed once per question and batch row (exact: see
+        `prefix_sharing_supported`); inputs cut to `max_length` are scored on their own."""
         was_training = self.training
         self.eval()
         records = list(records)
@@ -421,21 +500,62 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             for fields in input_variants(record, self.config):
                 variants.append(fields)
                 owner.append(i)
-        token_ids = encode_fields(variants, tokenizer, self.config)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
-        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
-        batches = range(0, len(order), batch_size)
+        budget = max_batch_tokens if max_batch_tokens is not None else max(1, batch_size) * 256
+        share = self.config.share_prefix if share_prefix is None else share_prefix
+        share = share and self.prefix_sharing_supported()
+
+        # distinct inputs: (shared ids or None when cut to max_length, item ids)
+        inputs: dict[tuple, int] = {}
+        which = []
+        for fields, (shared, item) in zip(variants, encode_segments(variants, tokenizer, self.config)):
+            if len(shared) + len(item) > self.config.max_length:
+                key = (None, tuple(_truncate(dict(fields), tokenizer, self.config)))
+            else:
+                key = (tuple(shared), tuple(item))
+            which.append(inputs.setdefault(key, len(inputs)))
+        keys = list(inputs)
+
+        bar = None
         if show_progress:
             from tqdm.auto import tqdm
 
-            batches = tqdm(batches, desc="scoring", unit="batch")
-        for start in batches:
-            idx = order[start : start + batch_size]
-            batch = self.collate([token_ids[j] for j in idx], pad_id)
-            out = self(**batch)
-            logits[idx] = out.logits.float().cpu()
+            bar = tqdm(total=len(keys), desc="scoring", unit="input")
+
+        def progress(k):
+            if bar is not None:
+                bar.update(k)
+
+        if share:
+            limit = self._row_limit()
+            groups: dict[tuple, list[int]] = {}
+            plain = []
+            for u, (shared, item) in enumerate(keys):
+                if shared is None or len(shared) + len(item) > limit:
+                    plain.append(u)
+                else:
+                    groups.setdefault(shared, []).append(u)
+            units = []
+            for shared, members in groups.items():
+                tree = _PrefixTree()
+                for u in sorted(members, key=lambda u: keys[u][1]):  # similar answers share more tokens
+                    ids = shared + keys[u][1]
+                    if tree.ends and len(tree.tokens) + tree.new_nodes(ids) > limit:
+                        units.append(tree)  # a question's answers over rows of at most `limit` tokens
+                        tree = _PrefixTree()
+                    tree.add(u, ids)
+                units.append(tree)
+            logits = self._score_shared(units, len(keys), pad_id, budget, progress)
+            if plain:
+                plain_ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
+                logits[plain] = self._score_plain(plain_ids, pad_id, budget, progress)
+        else:
+            token_ids = [list(item) if shared is None else list(shared + item) for shared, item in keys]
+            logits = self._score_plain(token_ids, pad_id, budget, progress)
+        if bar is not None:
+            bar.close()
         self.train(was_training)
+        logits = logits[torch.tensor(which, dtype=torch.long)]
 
         # per record: the variant with the highest predicted mean
         mean, variance, probs = distribution_statistics(logits, self.config)
@@ -461,6 +581,65 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 result["nll"] = float(ratings_nll(logits[j : j + 1], pad_ratings([record["ratings"]]), self.config)[0])
             results.append(result)
         return results
+
+
+class _PrefixTree:
+    """Token sequences as a trie laid out in one row: `tokens[i]` has parent `parent[i]` (-1 for a root) and
+    position `depth[i]`; parents come before children; `ends` holds (input index, node of its last token)."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.parent: list[int] = []
+        self.depth: list[int] = []
+        self.ends: list[tuple[int, int]] = []
+        self._child: dict[tuple[int, int], int] = {}
+
+    def new_nodes(self, ids) -> int:
+        node = -1
+        for k, token in enumerate(ids):
+            node = self._child.get((node, token))
+            if node is None:
+                return len(ids) - k
+        return 0
+
+    def add(self, index: int, ids) -> None:
+        node = -1
+        for k, token in enumerate(ids):
+            child = self._child.get((node, token))
+            if child is None:
+                child = len(self.tokens)
+                self._child[(node, token)] = child
+                self.tokens.append(token)
+                self.parent.append(node)
+                self.depth.append(k)
+            node = child
+        self.ends.append((index, node))
+
+    def ancestors(self):
+        """(n, n) bool: node i may attend to node j (j is i or one of its ancestors)."""
+        import numpy as np
+
+        n = len(self.tokens)
+        out = np.zeros((n, n), dtype=bool)
+        for i, p in enumerate(self.parent):
+            if p >= 0:
+                out[i] = out[p]
+            out[i, i] = True
+        return out
+
+
+def _token_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """Consecutive runs of `order` (longest first) whose padded size, count x first length, fits `budget`
+    (at least one each)."""
+    batches, batch = [], []
+    for j in order:
+        if batch and (len(batch) + 1) * lengths[batch[0]] > budget:
+            batches.append(batch)
+            batch = []
+        batch.append(j)
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _register() -> None:

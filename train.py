@@ -243,8 +243,9 @@ def load_stage_data(stage: dict, cfg: dict) -> dict[str, list[dict]]:
 
         out = {}
         for split, path in stage["files"].items():
-            # the paper's rules apply to user files too: over-long and flagged items out; unrated ones out of train
-            out[split], dropped = apply_filters(read_records(path).records, require_rated=split == "train")
+            # the paper's rules apply to user files too: over-long, flagged and unrated items out (dev and test
+            # need ratings to be scored against)
+            out[split], dropped = apply_filters(read_records(path).records, require_rated=True)
             if dropped:
                 logger.warning("%s: dropped %s", path, dict(dropped))
         return out
@@ -686,8 +687,13 @@ def main(argv: list[str] | None = None) -> None:
     args, overrides = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_run_config(args.config, overrides)
+    from dataset_builder.schema import RecordError
+
     try:
         run(cfg, resume=args.resume)
+    except (RecordError, FileNotFoundError) as err:  # bad or missing data: one line, like the other entry points
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
     except NonFiniteLoss as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(3) from err

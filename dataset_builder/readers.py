@@ -11,11 +11,13 @@ SAS labels) are always skipped and counted, never an error.
 from __future__ import annotations
 
 import ast
+import codecs
 import csv
 import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,24 +64,40 @@ def _stage_from_name(path: Path) -> str | None:
 
 
 def read_records(path, *, on_error: str = "raise") -> ReadResult:
-    """Read a JSONL file of records, one JSON object a line, streaming.
+    """Read a JSONL file of records, one JSON object a line, into a :class:`ReadResult`.
 
     Each line may be in the project schema or in the ORCA release format (``id, question,
     reference, candidate, rationale, ratings``, optional ``transcription``; other keys go to
     ``metadata``); the format is detected per line by :func:`validate_record`. A record without a
     ``stage`` takes it from a file name such as ``s3-mmau-pro-human-judge-ratings.jsonl``, and one
     without ``source`` takes the file name. Duplicate ids are an error naming both lines. A file
-    with no record at all is an error in both modes.
+    with no record at all is an error in both modes. A UTF-8 byte order mark is accepted.
+
+    The file is read line by line, but the records are returned as a list (memory grows with the
+    records, not with a multiple of the file); :func:`iter_records` yields them one at a time.
     """
+    result = ReadResult(str(path))
+    result.records.extend(iter_records(path, on_error=on_error, skipped=result.skipped))
+    return result
+
+
+def iter_records(path, *, on_error: str = "raise", skipped: Counter | None = None) -> Iterator[dict]:
+    """The records of :func:`read_records`, yielded one at a time (same checks, messages and errors;
+    skips are counted into ``skipped`` when given). Memory stays bounded by the longest line plus
+    the set of ids seen (needed for the duplicate check), whatever the size of the file."""
     path = Path(path)
     result = ReadResult(str(path))
+    if skipped is not None:
+        result.skipped = skipped
     errors = _Errors(result, on_error)
     stage = _stage_from_name(path)
     seen: dict[str, int] = {}
-    lines = 0
+    lines = records = 0
     with open(path, "rb") as fh:  # bytes, so a bad byte is reported with its line
         for lineno, raw in enumerate(fh, start=1):
             lines += 1
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]  # as some editors write
             if not raw.strip():
                 result.skipped["blank line"] += 1
                 continue
@@ -109,11 +127,11 @@ def read_records(path, *, on_error: str = "raise") -> ReadResult:
                                    path=path, line=lineno), "duplicate id")
                 continue
             seen[rec["id"]] = lineno
-            result.records.append(rec)
-    if not result.records:
+            records += 1
+            yield rec
+    if not records:
         what = "empty file" if lines == 0 else f"no valid record in {lines} lines ({dict(result.skipped)})"
         raise ValueError(f"{path}: {what}; expected one JSON record per line")
-    return result
 
 
 # --------------------------------------------------------------------------- MMAU / MMAR

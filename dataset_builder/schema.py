@@ -71,12 +71,26 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8 (a lone surrogate from a JSON escape such as ``"\\ud800"``), or None.
+    Such a string passes ``json.loads`` but breaks the tokenizer and every UTF-8 writer downstream."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not valid Unicode (lone surrogate at character {e.start})"
+    return None
+
+
 def _str_list(value, field, err) -> list[str]:
     if not isinstance(value, list | tuple):
         raise err(field, f"expected a list of strings, got {type(value).__name__}")
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise err(field, f"item {i} is {type(item).__name__}, expected str")
+        if problem := unicode_problem(item):
+            raise err(field, f"item {i}: {problem}")
     return list(value)
 
 
@@ -113,6 +127,8 @@ def validate_record(obj, *, path=None, line=None) -> dict:
                 rec[field] = _DEFAULTS.get(field, "")
             elif not isinstance(rec[field], str):
                 raise err(field, f"expected str, got {type(rec[field]).__name__}")
+            elif problem := unicode_problem(rec[field]):
+                raise err(field, problem)
     if rec["id"] == "":
         raise err("id", "empty id")
 
@@ -126,6 +142,7 @@ def validate_record(obj, *, path=None, line=None) -> dict:
     ratings = [] if ratings is None else ratings
     if not isinstance(ratings, list | tuple):
         raise err("ratings", f"expected a list of integers 1-5, got {type(ratings).__name__}")
+    ratings = list(ratings)  # a copy: the caller's list is not modified, and a tuple is accepted
     for i, r in enumerate(ratings):
         if not _is_int(r):
             # 4.0 from a float-writing tool is accepted; 4.5 or "4" or true are not.
@@ -136,7 +153,7 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         if not RATING_MIN <= r <= RATING_MAX:
             raise err("ratings", f"item {i} is {r}: outside {RATING_MIN}-{RATING_MAX}")
         ratings[i] = r
-    rec["ratings"] = list(ratings)
+    rec["ratings"] = ratings
 
     for field in ("rater_ids", "flags"):
         value = rec.get(field)
@@ -162,6 +179,8 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         raise err("metadata", f"expected a dict (or its JSON encoding), got {type(meta).__name__}")
     meta = {**meta, **extra}
     rec["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    if problem := unicode_problem(rec["metadata"]):  # an extra key's value, or a metadata string, with a surrogate
+        raise err("metadata", f"{problem} (in metadata or in a key outside the schema)")
 
     out = {f: rec[f] if f in rec else _copy_default(f) for f in FIELDS}
     if not out["question_id"]:

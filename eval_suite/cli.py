@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dataset_builder.schema import RecordError, validate_record
+from dataset_builder.schema import RecordError, unicode_problem, validate_record
 
 EXIT_INVALID = 2  # input that fails validation, or options that cannot work together (argparse uses 2 too)
 SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
@@ -43,7 +43,7 @@ class Entry:
     """One non-blank input line: the parsed object (kept as is for the output) and the validated record."""
 
     line: int
-    raw: str
+    raw: str  # the line's text, kept only for lines that failed validation (memory: the parsed object is enough)
     obj: Any = None
     record: dict | None = None
     error: str | None = None
@@ -58,15 +58,18 @@ def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
     """All non-blank lines of a JSONL file, validated with the project schema; returns (entries, blank lines).
 
     Not `read_records`: that reader drops bad lines (counting them), while the output needs every line in place.
-    The checks are the same (`validate_record`, duplicate ids) and so are the `file:line: field` messages.
+    The checks are the same (`validate_record`, duplicate ids, a UTF-8 byte order mark accepted) and so are the
+    `file:line: field` messages. Every entry stays in memory (the output keeps every line in input order).
     """
     entries, blank, seen = [], 0, {}
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte order mark, as some editors write
             if not raw.strip():
                 blank += 1
                 continue
-            entry = Entry(lineno, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            entry = Entry(lineno, "")
             try:
                 try:
                     entry.obj = json.loads(raw.decode("utf-8"))
@@ -83,6 +86,7 @@ def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
                 if on_error == "raise":
                     raise UsageError(f"{e} (use --on-error skip to write such lines with orca_error set)") from None
                 entry.error = str(e)
+                entry.raw = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             entries.append(entry)
     if not entries:
         raise UsageError(f"{path}: no record (empty file or only blank lines)")
@@ -91,7 +95,9 @@ def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
 
 def output_line(entry: Entry, pred: dict | None) -> dict:
     if entry.record is None:
-        base = dict(entry.obj) if isinstance(entry.obj, dict) else {"orca_input": entry.raw}
+        # an object that cannot be written as UTF-8 (a lone surrogate) is kept as its line's text, like non-JSON
+        usable = isinstance(entry.obj, dict) and not unicode_problem(json.dumps(entry.obj, ensure_ascii=False))
+        base = dict(entry.obj) if usable else {"orca_input": entry.raw}
         return {**base, **dict.fromkeys(SCORE_FIELDS), "orca_error": entry.error, "orca_line": entry.line}
     return {
         **entry.obj,
@@ -135,11 +141,12 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, s
 
 
 def load_model(model_id: str, revision: str | None = None, device=None):
-    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode."""
+    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode. Weights are read from safetensors
+    files only: a checkpoint with only pickle-based `.bin`/`.pt` weights is refused, never unpickled."""
     from transformers import AutoModel, AutoTokenizer
 
     try:
-        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision)
+        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True)
     except OSError as err:  # no such folder, Hub id or revision: transformers' message says which
         raise UsageError(f"--model {model_id}: {err}") from None
     if not hasattr(model, "predict"):
@@ -332,6 +339,15 @@ def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tup
     return system, metrics
 
 
+def over_max_chars(entries: list[Entry], max_chars: int) -> list[int]:
+    """Line numbers of the valid records with a text over `max_chars` characters (the paper's 1,000-character rule,
+    `dataset_builder.filters.too_long`). Training drops such records; orca-score scores them (the model cuts its
+    input to `max_length` tokens, candidate last) and warns."""
+    from dataset_builder.filters import too_long
+
+    return [e.line for e in entries if e.record is not None and too_long(e.record, max_chars)]
+
+
 def _avg(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -424,6 +440,7 @@ def run(args) -> dict | None:
     lines = finalise(args.output, entries, count)
     system, metrics = summarise(entries, lines, model.config, threshold)
     errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
+    long_lines = over_max_chars(entries, model.config.max_chars)
     summary = {
         "package": {"name": "orca-judge", "version": package_version()},
         "model": {"id": args.model, "revision": revision_id, "requested_revision": args.revision},
@@ -433,6 +450,7 @@ def run(args) -> dict | None:
             "scored": len(entries) - len(errors), "errors": len(errors),
             "labelled": sum(1 for e in entries if e.record is not None and e.record["ratings"]),
             "resumed_from": start if count == 1 else None, "processes": count,
+            "over_max_chars": len(long_lines),
         },
         "errors": errors[:1000],
         "system": system, "clamp": clamp_info, "metrics": metrics,
@@ -443,6 +461,11 @@ def run(args) -> dict | None:
         print_metrics(metrics)
     if errors:
         print(f"{len(errors)} line(s) failed validation and were written with orca_error set", file=sys.stderr)
+    if long_lines:
+        shown = ", ".join(map(str, long_lines[:10])) + (", ..." if len(long_lines) > 10 else "")
+        print(f"warning: {len(long_lines)} record(s) with a text over {model.config.max_chars} characters (lines "
+              f"{shown}): scored, but training drops such records and the model cuts its input to "
+              f"{model.config.max_length} tokens", file=sys.stderr)
     if args.summary:
         write_json_atomic(args.summary, summary)
     return summary

@@ -97,7 +97,8 @@ def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir
     assert not (tmp_path / "out.jsonl.partial").exists()
 
     assert summary["counts"] == {
-        "lines": 15, "blank_lines": 1, "records": 14, "scored": 14, "errors": 0, "labelled": 10, "resumed_from": 0, "processes": 1}
+        "lines": 15, "blank_lines": 1, "records": 14, "scored": 14, "errors": 0, "labelled": 10, "resumed_from": 0, "processes": 1,
+        "over_max_chars": 0}
     assert summary["package"]["version"] not in ("", None)
     assert summary["model"]["revision"].startswith(str(model_dir.resolve()) + "#files-sha256:")
     assert summary["system"]["mean"] == pytest.approx(np.mean([o["orca_mean"] for o in out]))

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dataset_builder.filters import MAX_CHARS
+
 from .data import (
     BENCHMARKS,
     MAX_SUBMISSION_BYTES,
@@ -33,10 +35,11 @@ EXIT_INVALID = 2
 
 
 def load_model(model_id: str, revision: str | None = None, device: str | None = None):
-    """An ORCA model and its tokenizer from a folder or the Hub, the way orca-score loads them."""
+    """An ORCA model and its tokenizer from a folder or the Hub, the way orca-score loads them (safetensors weights
+    only: pickle-based `.bin`/`.pt` weights are refused, never unpickled)."""
     from transformers import AutoModel, AutoTokenizer
 
-    model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision)
+    model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True)
     if not hasattr(model, "predict"):
         raise SubmissionError([f"{model_id}: {type(model).__name__} is not an ORCA model (no predict method)"])
     tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
@@ -161,6 +164,12 @@ def run(args) -> dict:
     scored = score_answers(model, tokenizer, questions, submissions, batch_size=args.batch_size,
                            progress=not args.no_progress)
     cfg = model.config
+    max_chars = getattr(cfg, "max_chars", MAX_CHARS)  # the paper's rule; a stand-in judge may not carry it
+    long = [(sub.model_name, qid) for sub in submissions for qid, a in sub.answers.items() if len(a) > max_chars]
+    if long:
+        print(f"warning: {len(long)} answer(s) over {max_chars} characters (first: {long[0][0]!r}, question "
+              f"{long[0][1]!r}): scored, but training drops such texts and the model cuts its input to its "
+              "max_length tokens", file=sys.stderr)
     board = build_leaderboard(questions, submissions, scored, scale=(cfg.rating_min, cfg.rating_max),
                               threshold=args.uncertainty_threshold, doubtful_threshold=args.doubtful_threshold,
                               doubtful_top=args.doubtful_top, resamples=args.bootstrap, seed=args.seed)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataset_builder.readers import read_lalm_outputs, read_mmar, read_mmau
-from dataset_builder.schema import RecordError
+from dataset_builder.schema import RecordError, unicode_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -262,6 +262,8 @@ def read_submission(path, known_ids, *, model_name: str | None = None, link: str
             errors.append(f"{where}: 'answer' must be a string, got {type(answer).__name__}")
         elif len(answer) > MAX_ANSWER_CHARS:
             errors.append(f"{where}: answer of {len(answer)} characters, over the limit of {MAX_ANSWER_CHARS}")
+        elif problem := unicode_problem(answer):  # a "\\ud800" escape: valid JSON, but no tokenizer takes it
+            errors.append(f"{where}: 'answer' is {problem}")
         else:
             answers[qid] = answer
     if not errors and not answers:

@@ -1,0 +1,149 @@
+"""Shared pieces of the benchmarks: real records, the release template, backbones, memory and GEMM probes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+from transformers.utils import logging as _hf_logging  # noqa: E402
+
+_hf_logging.set_verbosity_error()
+_hf_logging.disable_progress_bar()
+
+# the reference release's input string: " |context: {rationale} |question: {question} |correct answer: {reference}
+# |candidate answer: {candidate}", tokenised without special tokens
+RELEASE_TEMPLATE = dict(
+    template_fields=["rationale", "question", "reference", "candidate"],
+    field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ", "candidate": "|candidate answer: "},
+    field_separator=" ",
+    template_prefix=" ",
+    skip_empty_fields=False,
+    add_special_tokens=False,
+)
+BACKBONES = ("smollm2", "minilm", "tiny-llama")
+
+
+def load_records(n: int, data_dir: str | None = None, config: str = "s3_evouna_nq") -> list[dict]:
+    """The first `n` answers of EVOUNA-NQ (test split, then validation and train), in file order: every question
+    with all of its answers (5 answering systems), as a benchmark file lists them."""
+    import dataset_builder
+
+    splits = dataset_builder.load_config(config, data_dir=data_dir)
+    out: list[dict] = []
+    for split in ("test", "validation", "train"):
+        for record in splits[split].to_list():
+            if len(out) >= n:
+                return out
+            out.append(record)
+    return out
+
+
+def backbone_folder(name: str, tmp: Path) -> tuple[str, str]:
+    """(folder, pooling) of a benchmark backbone. `tiny-llama` is a random 2-layer Llama with SmolLM2's tokenizer
+    (for smoke runs)."""
+    from eval_suite.backbones import minilm_path, smollm2_path
+
+    if name == "smollm2":
+        return str(smollm2_path()), "last"
+    if name == "minilm":
+        return str(minilm_path()), "mean"  # the sentence encoder's own pooling; no prefix sharing for an encoder
+    if name == "tiny-llama":
+        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+        folder = tmp / "tiny-llama"
+        if not (folder / "config.json").exists():
+            tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+            torch.manual_seed(0)
+            config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=len(tokenizer))  # fmt: skip
+            LlamaForCausalLM(config).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        return str(folder), "last"
+    raise SystemExit(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}")
+
+
+def orca_model(folder: str, pooling: str, *, add_special_tokens: bool | None = None, score_type: str = "multinomial", seed: int = 0):
+    """An ORCA model on the backbone with the release template and a visible (seeded, std 0.05) head."""
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    kwargs = dict(RELEASE_TEMPLATE, pooling=pooling)
+    if add_special_tokens is not None:
+        kwargs["add_special_tokens"] = add_special_tokens
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, score_type=score_type, **kwargs)
+    torch.manual_seed(seed)
+    torch.nn.init.normal_(model.score_head.weight, std=0.05)
+    return model.eval(), tokenizer
+
+
+class PeakMemory:
+    """Peak resident memory of this process while the block runs (sampled every 2 ms from /proc)."""
+
+    def __init__(self):
+        self.peak = self.start = 0
+
+    @staticmethod
+    def rss() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:  # not Linux: ru_maxrss (a process-wide peak)
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.002)
+
+    def __enter__(self):
+        self.start = self.peak = self.rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.rss())
+
+    @property
+    def peak_mib(self) -> float:
+        return self.peak / 2**20
+
+    @property
+    def extra_mib(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def gemm_gflops(size: int = 2048, repeats: int = 3) -> float:
+    """float32 matrix-multiply rate (GFLOP/s) at the current torch thread count: median of `repeats`."""
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return 2 * size**3 / times[len(times) // 2] / 1e9
+
+
+def load_line() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average n/a"

@@ -1,0 +1,159 @@
+"""Prefix sharing in `predict`: the ids shared by all answers to a question are computed once, and the predictions
+equal those of scoring every input on its own row (within 1e-5), on tiny random decoders and on SmolLM2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from configuration_orca import OrcaConfig
+from modeling_orca import (
+    OrcaForCorrectnessDistribution,
+    encode_fields,
+    encode_segments,
+    input_fields,
+    render_fields,
+    split_fields,
+)
+from train import tiny_backbone_config
+
+QUESTIONS = [
+    ("Which instrument plays the melody?", ["violin", "fiddle"], "A solo violin plays over soft piano chords."),
+    ("How many speakers are there?", ["two", "2"], "Two people talk about the weather, then a door closes."),
+    ("What is the mood of the music?", ["calm"], ""),
+]
+ANSWERS = ["It is a violin.", "Two", "calm and slow", "A piano, I think, with some strings behind it", "two speakers", "no idea"]
+
+
+def records(n_answers=4):
+    out = []
+    for q, (question, refs, rationale) in enumerate(QUESTIONS):
+        for a in range(n_answers):
+            candidate = ANSWERS[(q + a) % len(ANSWERS)] + " extra words" * a
+            out.append(dict(id=f"{q}-{a}", question=question, reference=refs, rationale=rationale, candidate=candidate, ratings=[1 + (q + a) % 5]))
+    # interleave questions so that a question's answers are not adjacent, plus one duplicate input
+    out = out[::2] + out[1::2]
+    return out + [dict(out[0], id="dup")]
+
+
+def tiny(kind, vocab, **kw):
+    torch.manual_seed(0)
+    config = OrcaConfig(backbone_config=tiny_backbone_config(kind, vocab), score_type="multinomial", **kw)
+    model = OrcaForCorrectnessDistribution(config).eval()
+    torch.nn.init.normal_(model.score_head.weight, std=0.5)
+    return model
+
+
+def assert_same(shared, plain):
+    assert len(shared) == len(plain)
+    for a, b in zip(shared, plain):
+        assert a["mean"] == pytest.approx(b["mean"], abs=1e-5)
+        assert a["probs"] == pytest.approx(b["probs"], abs=1e-5)
+        assert a["nll"] == pytest.approx(b["nll"], abs=1e-4)
+
+
+def one_by_one(model, recs, tokenizer):
+    """Each record through `forward` alone (the definition of the prediction)."""
+    means = []
+    for r in recs:
+        (ids,) = encode_fields([input_fields(r, model.config)], tokenizer, model.config)
+        with torch.no_grad():
+            means.append(float(model(input_ids=torch.tensor([ids])).mean[0]))
+    return means
+
+
+@pytest.mark.parametrize("kind", ["llama", "olmo2", "gemma3"])
+def test_shared_prefix_equals_plain_scoring_on_tiny_decoders(kind, smollm2_tokenizer):
+    model = tiny(kind, len(smollm2_tokenizer))
+    assert model.prefix_sharing_supported()
+    recs = records()
+    shared = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=True)
+    plain = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=False)
+    assert_same(shared, plain)
+    assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
+
+
+def test_sharing_is_the_config_default_and_the_kwarg_switches_it(smollm2_tokenizer, monkeypatch):
+    model = tiny("llama", len(smollm2_tokenizer))
+    assert model.config.share_prefix is True
+    calls = []
+    original = model._score_shared
+    monkeypatch.setattr(model, "_score_shared", lambda *a, **k: calls.append(1) or original(*a, **k))
+    model.predict(records(), smollm2_tokenizer)
+    assert calls
+    calls.clear()
+    model.predict(records(), smollm2_tokenizer, share_prefix=False)
+    model.config.share_prefix = False
+    model.predict(records(), smollm2_tokenizer)
+    assert not calls
+
+
+def test_small_rows_and_token_budgets_split_groups_exactly(smollm2_tokenizer):
+    model = tiny("llama", len(smollm2_tokenizer))
+    recs = records(n_answers=6)
+    plain = model.predict(recs, smollm2_tokenizer, share_prefix=False)
+    model.share_row_tokens = 40  # a question's answers over several rows
+    for budget in (1, 64, 10_000):
+        assert_same(model.predict(recs, smollm2_tokenizer, max_batch_tokens=budget), plain)
+
+
+def test_eager_attention_takes_an_additive_mask(smollm2_tokenizer):
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    backbone = AutoModel.from_config(tiny_backbone_config("llama", len(smollm2_tokenizer)), attn_implementation="eager")
+    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=backbone.config), backbone=backbone).eval()
+    torch.nn.init.normal_(model.score_head.weight, std=0.5)
+    assert model.prefix_sharing_supported()
+    assert_same(model.predict(records(), smollm2_tokenizer), model.predict(records(), smollm2_tokenizer, share_prefix=False))
+
+
+def test_reference_mode_max_and_truncation(smollm2_tokenizer):
+    model = tiny("llama", len(smollm2_tokenizer), reference_mode="max", max_length=40)
+    recs = records()
+    recs.append(dict(recs[0], id="long", rationale="violin " * 80))  # cut to max_length: scored on its own
+    shared = model.predict(recs, smollm2_tokenizer)
+    assert_same(shared, model.predict(recs, smollm2_tokenizer, share_prefix=False))
+    # max over aliases, each alias its own shared prefix
+    record = recs[0]
+    means = []
+    for ref in record["reference"]:
+        (ids,) = encode_fields([input_fields(record, model.config, ref)], smollm2_tokenizer, model.config)
+        with torch.no_grad():
+            means.append(float(model(input_ids=torch.tensor([ids])).mean[0]))
+    assert shared[0]["mean"] == pytest.approx(max(means), abs=1e-5)
+
+
+@pytest.mark.parametrize("kind, pooling", [("bert", "cls"), ("bert", "mean"), ("llama", "mean")])
+def test_encoders_and_mean_pooling_fall_back(kind, pooling, smollm2_tokenizer, monkeypatch):
+    model = tiny(kind, len(smollm2_tokenizer), pooling=pooling)
+    assert not model.prefix_sharing_supported()
+    monkeypatch.setattr(model, "_score_shared", lambda *a, **k: pytest.fail("shared a prefix"))
+    preds = model.predict(records(), smollm2_tokenizer, share_prefix=True)
+    assert [p["mean"] for p in preds] == pytest.approx(one_by_one(model, records(), smollm2_tokenizer), abs=1e-5)
+
+
+def test_split_encoding_concatenates_to_the_template(smollm2_tokenizer, bert_tokenizer):
+    config = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100))
+    for r in records():
+        fields = input_fields(r, config)
+        shared, item = split_fields(fields, config)
+        assert shared + item == render_fields(fields, config)
+        # byte-level BPE and WordPiece: tokenising the two parts apart gives the whole text's ids
+        for tok in (smollm2_tokenizer, bert_tokenizer):
+            ((s, i),) = encode_segments([fields], tok, config)
+            assert s + i == tok(render_fields(fields, config), add_special_tokens=True)["input_ids"]
+    only = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100), template_fields=["candidate"], template_prefix=">")
+    assert split_fields(input_fields(records()[0], only), only) == ("", ">Candidate answer: " + records()[0]["candidate"])
+
+
+@pytest.mark.real
+def test_shared_prefix_equals_plain_scoring_on_smollm2():
+    import dataset_builder
+    from eval_suite.backbones import smollm2_path
+
+    recs = dataset_builder.load_config("s3_evouna_nq")["test"].to_list()[:10]
+    torch.manual_seed(0)
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(smollm2_path(), score_type="multinomial")
+    torch.nn.init.normal_(model.score_head.weight, std=0.05)
+    assert_same(model.predict(recs, tokenizer), model.predict(recs, tokenizer, share_prefix=False))
