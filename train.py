@@ -248,6 +248,11 @@ def load_stage_data(stage: dict, cfg: dict) -> dict[str, list[dict]]:
             out[split], dropped = apply_filters(read_records(path).records, require_rated=True)
             if dropped:
                 logger.warning("%s: dropped %s", path, dict(dropped))
+        seen: dict[str, str] = {}
+        for split, records in out.items():
+            for r in records:
+                if seen.setdefault(r["id"], split) != split:  # the same item in two splits leaks into the scores
+                    raise DataError(f"id {r['id']!r} is in both {seen[r['id']]} ({stage['files'][seen[r['id']]]}) and {split} ({stage['files'][split]})")
         return out
     import dataset_builder
 
@@ -429,6 +434,10 @@ def load_training_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
 
 
 class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class DataError(ValueError):
     pass
 
 
@@ -691,7 +700,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         run(cfg, resume=args.resume)
-    except (RecordError, FileNotFoundError) as err:  # bad or missing data: one line, like the other entry points
+    except (RecordError, DataError, FileNotFoundError) as err:  # bad or missing data: one line, like the other entry points
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
     except NonFiniteLoss as err:

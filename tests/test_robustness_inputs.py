@@ -258,10 +258,16 @@ def test_lone_surrogate_in_an_extra_key_is_named():
 # ------------------------------------------------------------------------------------------------ train.py
 
 
-def train_files(tmp_path: Path, train: Path) -> dict:
-    good = tmp_path / "good.jsonl"
-    good.write_bytes(b"".join(dumps(record(f"g-{i}")) + b"\n" for i in range(3)))
-    return {"files": {"train": str(train), "validation": str(good), "test": str(good)}}
+def train_files(tmp_path: Path, train: Path | None = None) -> dict:
+    """A `files:` stage: `train` as given (a good file when None), good validation and test files."""
+    files = {}
+    if train is None:
+        train = tmp_path / "good-train.jsonl"
+        train.write_bytes(b"".join(dumps(record(f"train-{i}")) + b"\n" for i in range(3)))
+    for split in ("validation", "test"):
+        files[split] = tmp_path / f"good-{split}.jsonl"
+        files[split].write_bytes(b"".join(dumps(record(f"{split}-{i}")) + b"\n" for i in range(3)))
+    return {"files": {"train": str(train), **{k: str(v) for k, v in files.items()}}}
 
 
 @pytest.mark.parametrize("name", ERRORS)
@@ -292,7 +298,7 @@ def test_train_loading_drops_over_long_texts_from_every_split(tmp_path):
 
     long_dev = tmp_path / "dev.jsonl"
     long_dev.write_bytes(dumps(record("d-1")) + b"\n" + dumps(record("d-2", question=LONG)) + b"\n")
-    stage = train_files(tmp_path, tmp_path / "good.jsonl")
+    stage = train_files(tmp_path)
     stage["files"]["validation"] = str(long_dev)
     assert [r["id"] for r in load_stage_data(stage, {})["validation"]] == ["d-1"]
 
@@ -303,7 +309,7 @@ def test_train_unrated_dev_records_do_not_crash_evaluation(tmp_path):
 
     dev = tmp_path / "dev.jsonl"
     dev.write_bytes(dumps(record("d-1")) + b"\n" + dumps(record("d-2", ratings=[])) + b"\n" + dumps(record("d-3", ratings=[2])) + b"\n")
-    stage = train_files(tmp_path, tmp_path / "good.jsonl")
+    stage = train_files(tmp_path)
     stage["files"]["validation"] = str(dev)
     records = load_stage_data(stage, {})["validation"]
     assert [r["id"] for r in records] == ["d-1", "d-3"]  # the unrated one is filtered (and logged), not scored
@@ -628,3 +634,14 @@ def test_score_input_memory_is_documented(tmp_path):
     per_char, per_record = memory_by_text_length(tmp_path, lambda p: cli.read_entries(p, "raise"))
     assert 0.95 < per_char < 1.2, per_char  # 2.0 while every line's text was kept beside the parsed object
     assert per_record < 2500, per_record
+
+
+def test_train_refuses_an_id_in_two_splits(tmp_path):
+    from train import DataError, load_stage_data
+
+    same = tmp_path / "same.jsonl"
+    same.write_bytes(dumps(record("same")) + b"\n")
+    stage = train_files(tmp_path, same)
+    stage["files"]["test"] = str(same)
+    with pytest.raises(DataError, match="id 'same' is in both"):
+        load_stage_data(stage, {})
