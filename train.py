@@ -516,9 +516,12 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
     bar = tqdm(total=max_steps, initial=state["step"], desc=f"{name}", disable=not accelerator.is_main_process)
     last_rho, started = None, time.time()
     prepared_model.train()
-    while state["step"] < max_steps and not stopper.should_stop:
+    # optional wall-clock budget per stage (minutes of training, evaluations included), for fixed-time comparisons
+    deadline = started + 60 * stage["max_minutes"] if stage.get("max_minutes") else math.inf
+    while state["step"] < max_steps and not stopper.should_stop and time.time() < deadline:
         batches = epoch_batches(lengths, t["effective_batch_size"], cfg["seed"], state["epoch"])
-        while state["batch_in_epoch"] < len(batches) and state["step"] < max_steps and not stopper.should_stop:
+        while (state["batch_in_epoch"] < len(batches) and state["step"] < max_steps and not stopper.should_stop
+               and time.time() < deadline):
             # one optimiser step = one global batch: this process's slice, in `accum` micro-batches
             mine = batches[state["batch_in_epoch"]][rank * micro * accum : (rank + 1) * micro * accum]
             state["batch_in_epoch"] += 1
@@ -572,6 +575,7 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
     load_trainable_state(prepared_model, load_file(stage_dir / "best" / "trainable.safetensors"))
     return {
         "steps": state["step"], "best_step": state["best_step"], "stopped_early": stopper.should_stop,
+        "stopped_by_time": time.time() >= deadline and state["step"] < max_steps,
         "best_dev_spearman": None if stopper.best == -math.inf else stopper.best,
         "train_seconds": round(time.time() - started, 1), "history": state["history"],
     }

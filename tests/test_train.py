@@ -194,3 +194,12 @@ def test_paper_config_trains_two_steps_on_a_tiny_stand_in(path, tmp_path, data_f
     cfg["test"].update(baselines=[], compare_reference_modes=False)
     results = train.run(cfg)
     assert results["stages"]["s3"]["steps"] == 2
+
+
+def test_a_stage_stops_at_its_time_budget(tmp_path, data_files):
+    cfg = tiny_run_config(tmp_path, data_files, "budget")
+    cfg["stages"]["s3"].update(max_steps=10_000, max_minutes=0.05)  # 3 seconds
+    cfg["test"]["baselines"] = []
+    results = train.run(cfg)
+    stage = results["stages"]["s3"]
+    assert stage["stopped_by_time"] and 0 < stage["steps"] < 10_000
