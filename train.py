@@ -264,6 +264,14 @@ def load_stage_data(stage: dict, cfg: dict) -> dict[str, list[dict]]:
     return {name: split.to_list() for name, split in splits.items()}
 
 
+def sample_records(records: list[dict], k: int | None, seed: int) -> list[dict]:
+    """At most k records, a seeded sample in input order (dev evaluations during training stay cheap)."""
+    if not k or len(records) <= k:
+        return records
+    keep = set(random.Random(seed).sample(range(len(records)), k))
+    return [r for i, r in enumerate(records) if i in keep]
+
+
 def tokenize_records(records: list[dict], tokenizer, config: OrcaConfig) -> list[list[int]]:
     """Training inputs: the first input variant (all aliases joined, or the first alias for reference_mode='max')."""
     return encode_fields([input_variants(r, config)[0] for r in records], tokenizer, config)
@@ -480,12 +488,14 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
     accelerator.gradient_accumulation_steps = accum
 
     train_records = [r for r in data["train"] if r.get("ratings")]
-    dev_records = data["validation"]
-    if t["max_dev_items"] and len(dev_records) > t["max_dev_items"]:
-        dev_records = random.Random(cfg["seed"]).sample(dev_records, t["max_dev_items"])
+    dev_records = sample_records(data["validation"], t["max_dev_items"], cfg["seed"])
     if len(train_records) < t["effective_batch_size"]:
         raise SystemExit(f"stage {name}: {len(train_records)} rated training items, fewer than one batch")
-    token_ids = tokenize_records(train_records, tokenizer, config)
+    train_config = config
+    if stage.get("max_length"):  # a shorter token budget for this stage's training inputs (fields cut in order)
+        train_config = copy.deepcopy(config)
+        train_config.max_length = stage["max_length"]
+    token_ids = tokenize_records(train_records, tokenizer, train_config)
     lengths = [len(ids) for ids in token_ids]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
@@ -636,10 +646,12 @@ def run(cfg: dict, resume: bool = False) -> dict:
             log({"event": "stage_start", "stage": name, "counts": counts})
             summary = train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir, {} if interrupted else None, log)
             summary["counts"] = counts
-            bs = t["per_device_batch_size"]
-            _, summary["dev"] = evaluate_records(model, tokenizer, data["validation"], bs)
-            if index < len(stages) - 1:  # the last stage's test is scored below, beside the baselines
-                _, summary["test"] = evaluate_records(model, tokenizer, data["test"], bs)
+            bs, k = t["per_device_batch_size"], t["max_dev_items"]
+            # stage-end scores on at most max_dev_items items (n is in the metrics); the last stage's full test
+            # split is scored below, beside the baselines
+            _, summary["dev"] = evaluate_records(model, tokenizer, sample_records(data["validation"], k, cfg["seed"]), bs)
+            if index < len(stages) - 1:
+                _, summary["test"] = evaluate_records(model, tokenizer, sample_records(data["test"], k, cfg["seed"]), bs)
             progress["stages"][name] = summary
             progress_path.write_text(json.dumps(progress, indent=1))
             log({"event": "stage_end", "stage": name, "dev": summary["dev"]})

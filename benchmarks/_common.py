@@ -86,6 +86,11 @@ def orca_model(folder: str, pooling: str, *, add_special_tokens: bool | None = N
     return model.eval(), tokenizer
 
 
+def is_decoder(backbone) -> bool:
+    """A causal LM (its vocabulary head is `AutoModelForCausalLM`'s) rather than an encoder (`AutoModelForMaskedLM`)."""
+    return any(getattr(m, "is_causal", None) is True for m in backbone.modules())
+
+
 class PeakMemory:
     """Peak resident memory of this process while the block runs (sampled every 2 ms from /proc)."""
 

@@ -26,7 +26,16 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import BACKBONES, PeakMemory, backbone_folder, gemm_gflops, load_line, load_records, orca_model
+from _common import (
+    BACKBONES,
+    PeakMemory,
+    backbone_folder,
+    gemm_gflops,
+    is_decoder,
+    load_line,
+    load_records,
+    orca_model,
+)
 
 
 def naive_means(model, tokenizer, texts, head, pooling, batch_size, add_special_tokens, config) -> torch.Tensor:
@@ -120,7 +129,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         gemm += [gemm_gflops(args.gemm_size) for _ in range(3)]
 
     # (b) the naive path at its best batch size
-    naive_cls = AutoModelForCausalLM if causal or pooling == "last" else AutoModelForMaskedLM
+    naive_cls = AutoModelForCausalLM if is_decoder(model.backbone) else AutoModelForMaskedLM
     naive = naive_cls.from_pretrained(folder).eval()
     head = model.score_head
     sizes = [int(s) for s in args.naive_batch_sizes.split(",")]

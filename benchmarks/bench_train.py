@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import REPO, PeakMemory, load_line, load_records
+from _common import REPO, PeakMemory, is_decoder, load_line, load_records
 
 
 def optimizer_for(model, lr, head_lr):
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     orca, _ = train.build_model(cfg)  # the head (same seed) and the folder it came from
     folder = orca.backbone.name_or_path
-    causal = orca.prefix_sharing_supported() or cfg["model"]["pooling"] == "last"
+    causal = is_decoder(orca.backbone)
     lm_cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
     # a tiny random backbone (smoke runs) has no folder: same architecture with its vocabulary head
     lm = lm_cls.from_pretrained(folder) if folder else lm_cls.from_config(orca.backbone.config)
