@@ -197,7 +197,7 @@ def test_paper_config_trains_two_steps_on_a_tiny_stand_in(path, tmp_path, data_f
 
 
 def test_a_stage_stops_at_its_time_budget(tmp_path, data_files):
-    cfg = tiny_run_config(tmp_path, data_files, "budget")
+    cfg = tiny_run_config(tmp_path, data_files, "budget", patience=10_000)  # only the clock may stop it
     cfg["stages"]["s3"].update(max_steps=10_000, max_minutes=0.05)  # 3 seconds
     cfg["test"]["baselines"] = []
     results = train.run(cfg)

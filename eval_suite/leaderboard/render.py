@@ -40,7 +40,7 @@ def public_entries(board: dict) -> list[dict]:
 
 def md(text) -> str:
     """A user string as inert Markdown table text."""
-    text = html.escape(" ".join(str(text).split()))
+    text = html.escape(" ".join(str(text).split()), quote=False)  # <, >, & only: quotes are inert in Markdown
     return re.sub(r"([\\`*_\[\]|#])", r"\\\1", text)
 
 
