@@ -256,6 +256,17 @@ def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig)
     return F.binary_cross_entropy_with_logits(logits.float()[..., 0], target, reduction="none")
 
 
+def pad_token_ids(token_ids: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), right-padded to the longest list: the one batching of training and scoring."""
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
+    for i, ids in enumerate(token_ids):
+        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, : len(ids)] = 1
+    return input_ids, attention_mask
+
+
 def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
     """A (B, max ratings) long tensor from lists of ratings, padded with RATING_PAD."""
     width = max((len(r) for r in ratings), default=1) or 1
@@ -267,12 +278,13 @@ def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
 
 
 def clamp_scores(score01, variance, margin: float, threshold: float | None):
-    """The reference release's clamping: a confident score within `margin` of 0 or 1 becomes exactly 0 or 1."""
+    """The reference release's clamping: a confident score (variance <= threshold) strictly within `margin` of 0
+    or 1 becomes exactly 0 or 1. The one rule: eval_suite.clamping applies and tunes it over arrays."""
     if threshold is None or variance is None:
         return score01
-    if score01 <= margin and variance <= threshold:
+    if score01 < margin and variance <= threshold:
         return 0.0
-    if score01 >= 1 - margin and variance <= threshold:
+    if score01 > 1 - margin and variance <= threshold:
         return 1.0
     return score01
 
@@ -390,13 +402,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         return format_input(record, self.config, reference)
 
     def collate(self, token_ids: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-        """Right-padded batch tensors from token id lists."""
-        width = max(len(ids) for ids in token_ids)
-        input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
-        for i, ids in enumerate(token_ids):
-            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, : len(ids)] = 1
+        """Right-padded batch tensors from token id lists, on the model's device."""
+        input_ids, attention_mask = pad_token_ids(token_ids, pad_token_id)
         return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
 
     # tokens of one row of prefix-shared scoring (a question's shared ids and some of its answers' ids): longer
@@ -663,5 +670,6 @@ __all__ = [
     "distribution_statistics",
     "format_input",
     "pad_ratings",
+    "pad_token_ids",
     "ratings_nll",
 ]

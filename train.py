@@ -31,7 +31,13 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from configuration_orca import OrcaConfig
-from modeling_orca import OrcaForCorrectnessDistribution, encode_fields, input_variants, pad_ratings
+from modeling_orca import (
+    OrcaForCorrectnessDistribution,
+    encode_fields,
+    input_variants,
+    pad_ratings,
+    pad_token_ids,
+)
 
 REPO = Path(__file__).resolve().parent
 logger = logging.getLogger("orca.train")
@@ -294,12 +300,7 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int) ->
 
 
 def collate(indices: list[int], token_ids: list[list[int]], records: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(token_ids[i]) for i in indices)
-    input_ids = torch.full((len(indices), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(indices), width), dtype=torch.long)
-    for row, i in enumerate(indices):
-        input_ids[row, : len(token_ids[i])] = torch.tensor(token_ids[i])
-        attention_mask[row, : len(token_ids[i])] = 1
+    input_ids, attention_mask = pad_token_ids([token_ids[i] for i in indices], pad_id)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "ratings": pad_ratings([records[i]["ratings"] for i in indices])}
 
 

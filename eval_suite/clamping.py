@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from eval_suite.metrics import kendall, spearman
+from modeling_orca import clamp_scores as clamp_one
 
 DEFAULT_MARGIN = 0.125
 
@@ -40,11 +41,8 @@ def clamp_scores(score01, variance, *, threshold: float, margin: float = DEFAULT
         )
     if not 0.0 <= margin <= 0.5:
         raise ValueError(f"margin must be in [0, 0.5], got {margin}")
-    confident = var <= threshold
-    out = score.copy()
-    out[confident & (score < margin)] = 0.0
-    out[confident & (score > 1.0 - margin)] = 1.0
-    return out
+    # the model's own rule (modeling_orca.clamp_scores), so tuning here and clamping in `predict` agree
+    return np.array([clamp_one(float(s), float(v), margin, threshold) for s, v in zip(score, var)], dtype=float)
 
 
 def clamp_objective(score01, human_score01, mae_weight: float = 1.0) -> dict:
