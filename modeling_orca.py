@@ -8,7 +8,10 @@ needs: the input formatter, truncation, batching and the scoring path (`predict`
 
 from __future__ import annotations
 
+import copy
+import ctypes
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,6 +293,36 @@ def clamp_scores(score01, variance, margin: float, threshold: float | None):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# CPU memory: glibc hands large freed blocks back to the kernel (munmap past its mmap threshold, trimming the top
+# of the heap past its trim threshold), so each layer's activations are written into freshly faulted, zeroed
+# pages. Scoring 1,000 answers with SmolLM2 in 4,096-token batches took 5.6M page faults and a fifth of its time
+# in the kernel (docs/performance.md). Keeping freed memory for reuse removes them: blocks up to 32 MiB (glibc's largest mmap
+# threshold) come from the heap, and up to 256 MiB of free heap is kept rather than trimmed.
+
+_MALLOC_MMAP_THRESHOLD = 32 << 20
+_MALLOC_TRIM_THRESHOLD = 256 << 20
+_malloc_tuned = False
+
+
+def tune_cpu_malloc() -> bool:
+    """Process-wide and once: make glibc's malloc keep freed memory for reuse (see above). `predict` calls it on
+    CPU; set the environment variable ORCA_TUNE_MALLOC=0 to leave malloc as it is. Returns whether the tuning is
+    in force (False where the C library is not glibc)."""
+    global _malloc_tuned
+    if _malloc_tuned or os.environ.get("ORCA_TUNE_MALLOC", "1") == "0":
+        return _malloc_tuned
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    _malloc_tuned = bool(mallopt(m_mmap_threshold, _MALLOC_MMAP_THRESHOLD) and mallopt(m_trim_threshold, _MALLOC_TRIM_THRESHOLD))
+    if _malloc_tuned:
+        logger.info("glibc malloc tuned for CPU scoring (ORCA_TUNE_MALLOC=0 to skip)")
+    return _malloc_tuned
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The model
 
 
@@ -336,6 +369,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         params = inspect.signature(self.backbone.forward).parameters
         self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
         self._backbone_takes_position_ids = "position_ids" in params
+        # the key/value cache argument: `cache` from transformers 5.24 on, `past_key_values` before
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values" if "past_key_values" in params else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -406,6 +441,10 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         input_ids, attention_mask = pad_token_ids(token_ids, pad_token_id)
         return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
 
+    # default token budget of a batch on CPU: activations that stay in the last-level cache beat bigger matrix
+    # multiplies there (SmolLM2, 300 answers: 1,024-token batches 14 % faster than 4,096; docs/performance.md)
+    cpu_batch_tokens = 1024
+
     # tokens of one row of prefix-shared scoring (a question's shared ids and some of its answers' ids): longer
     # rows waste attention work (every token of a row is scored against all of its tokens, masked or not)
     share_row_tokens = 512
@@ -438,40 +477,56 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             progress(len(idx))
         return logits
 
-    def _score_shared(self, rows: list[_PrefixTree], n: int, pad_id: int, budget: int, progress) -> torch.Tensor:
+    def _prefix_cache(self, prefix: list[int]):
+        """The backbone's key/value cache of `prefix` (batch 1), or None without a prefix or a cache argument."""
+        if not prefix or self._cache_kwarg is None:
+            return None
+        out = self.backbone(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
+        return getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+
+    def _score_shared(self, rows: list[_PrefixTree], n: int, pad_id: int, budget: int, progress, prefix: list[int]) -> torch.Tensor:
         """Logits of inputs given as prefix trees, one tree per batch row: every distinct prefix of the inputs of a
         tree is one token of the row, attending to itself and its ancestors (a tree-shaped causal mask, position =
         depth), and each input is pooled at its last token's node. Equal to scoring every input on its own row:
-        in a causal decoder a token's hidden states depend on its prefix only."""
+        in a causal decoder a token's hidden states depend on its prefix only. `prefix`, the first tokens of every
+        input (the template's start, common to all questions), is computed once: each row starts after it and
+        attends to its cached keys and values."""
         logits = torch.empty((n, self.config.num_head_outputs), dtype=torch.float32)
-        lengths = [len(r.tokens) for r in rows]
+        cache = self._prefix_cache(prefix)
+        skip = len(prefix) if cache is not None else 0  # every tree's first `skip` nodes are the prefix's tokens
+        lengths = [len(r.tokens) - skip for r in rows]
         order = sorted(range(len(rows)), key=lambda u: -lengths[u])
         eager = self.backbone.config._attn_implementation == "eager"
         for batch in _token_batches(order, lengths, budget):
             width = max(lengths[u] for u in batch)
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             position_ids = torch.zeros((len(batch), width), dtype=torch.long)
-            mask = torch.eye(width, dtype=torch.bool).repeat(len(batch), 1, 1)  # padding sees itself: no NaN
+            mask = torch.ones((len(batch), width, skip + width), dtype=torch.bool)  # (B, T, prefix + T)
+            mask[:, :, skip:] = torch.eye(width, dtype=torch.bool)  # padding sees itself: no NaN
             b_idx, t_idx, targets = [], [], []
             for b, u in enumerate(batch):
                 row = rows[u]
-                size = len(row.tokens)
-                input_ids[b, :size] = torch.tensor(row.tokens, dtype=torch.long)
-                position_ids[b, :size] = torch.tensor(row.depth, dtype=torch.long)
-                mask[b, :size, :size] = torch.from_numpy(row.ancestors())
+                size = lengths[u]
+                input_ids[b, :size] = torch.tensor(row.tokens[skip:], dtype=torch.long)
+                position_ids[b, :size] = torch.tensor(row.depth[skip:], dtype=torch.long)
+                mask[b, :size, skip : skip + size] = torch.from_numpy(row.ancestors()[skip:, skip:])
                 for j, node in row.ends:
                     b_idx.append(b)
-                    t_idx.append(node)
+                    t_idx.append(node - skip)
                     targets.append(j)
-            mask = mask[:, None]
+            mask = mask[:, None]  # (B, 1, T, prefix + T)
             if eager:
                 mask = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
+            kwargs = dict(self._backbone_kwargs)
+            if cache is not None:
+                kwargs[self._cache_kwarg] = past = copy.deepcopy(cache)  # the forward appends to its cache
+                past.batch_repeat_interleave(len(batch))
             hidden = self.backbone(
                 input_ids=input_ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 position_ids=position_ids.to(self.device),
-                **self._backbone_kwargs,
-            ).last_hidden_state
+                **kwargs,
+            ).last_hidden_state  # (B, T, H)
             pooled = hidden[torch.tensor(b_idx, device=hidden.device), torch.tensor(t_idx, device=hidden.device)]
             logits[targets] = self.score_head(pooled.to(self.score_head.weight.dtype)).float().cpu()
             progress(len(targets))
@@ -495,7 +550,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         each alias is one input and the alias giving the highest mean wins.
 
         Inputs are tokenised once; identical inputs are scored once. Batches hold up to `max_batch_tokens` tokens
-        (default `batch_size * 256`), longest inputs first. With `share_prefix` (default: the config's
+        (default `batch_size * 256`, at most `cpu_batch_tokens` on CPU), longest inputs first. On CPU it first
+        calls `tune_cpu_malloc`. With `share_prefix` (default: the config's
         `share_prefix`) and a causal decoder pooled at the last token, the ids shared by all answers to one
         question (the fields before the candidate) are computed once per question and batch row (exact: see
         `prefix_sharing_supported`); inputs cut to `max_length` are scored on their own."""
@@ -509,6 +565,10 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 owner.append(i)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         budget = max_batch_tokens if max_batch_tokens is not None else max(1, batch_size) * 256
+        if self.device.type == "cpu":
+            tune_cpu_malloc()
+            if max_batch_tokens is None:
+                budget = min(budget, self.cpu_batch_tokens)
         share = self.config.share_prefix if share_prefix is None else share_prefix
         share = share and self.prefix_sharing_supported()
 
@@ -552,7 +612,10 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                         tree = _PrefixTree()
                     tree.add(u, ids)
                 units.append(tree)
-            logits = self._score_shared(units, len(keys), pad_id, budget, progress)
+            # the first tokens of every shared input (the template's start), short of each input's last token
+            inputs = [keys[u][0] + keys[u][1] for members in groups.values() for u in members]
+            common = list(os.path.commonprefix(inputs)[: min(map(len, inputs)) - 1]) if inputs else []
+            logits = self._score_shared(units, len(keys), pad_id, budget, progress, common)
             if plain:
                 plain_ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
                 logits[plain] = self._score_plain(plain_ids, pad_id, budget, progress)
@@ -672,4 +735,5 @@ __all__ = [
     "pad_ratings",
     "pad_token_ids",
     "ratings_nll",
+    "tune_cpu_malloc",
 ]

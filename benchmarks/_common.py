@@ -31,7 +31,14 @@ RELEASE_TEMPLATE = dict(
     skip_empty_fields=False,
     add_special_tokens=False,
 )
-BACKBONES = ("smollm2", "minilm", "tiny-llama")
+BACKBONES = ("smollm2", "minilm", "tiny-llama", "llama3b-random")
+# random-weight Llamas with SmolLM2's tokenizer: a 2-layer one for smoke runs, and one of Llama-3.2-3B's sizes (the
+# vocabulary aside: SmolLM2's 49,152 ids, not 128,256) for a GPU run
+RANDOM_LLAMAS = {
+    "tiny-llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+    "llama3b-random": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                           num_key_value_heads=8, head_dim=128, rope_theta=500000.0, tie_word_embeddings=True),
+}
 
 
 def load_records(n: int, data_dir: str | None = None, config: str = "s3_evouna_nq") -> list[dict]:
@@ -58,32 +65,36 @@ def backbone_folder(name: str, tmp: Path) -> tuple[str, str]:
         return str(smollm2_path()), "last"
     if name == "minilm":
         return str(minilm_path()), "mean"  # the sentence encoder's own pooling; no prefix sharing for an encoder
-    if name == "tiny-llama":
+    if name in RANDOM_LLAMAS:
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-        folder = tmp / "tiny-llama"
+        folder = tmp / name
         if not (folder / "config.json").exists():
             tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
             torch.manual_seed(0)
-            config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                 num_key_value_heads=2, vocab_size=len(tokenizer))  # fmt: skip
-            LlamaForCausalLM(config).save_pretrained(folder)
+            config = LlamaConfig(vocab_size=len(tokenizer), **RANDOM_LLAMAS[name])
+            # initialised where it will run (3B parameters take minutes to initialise on a CPU), saved in bfloat16
+            with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+                model = LlamaForCausalLM(config)
+            model.to(torch.bfloat16 if name != "tiny-llama" else torch.float32).save_pretrained(folder)
             tokenizer.save_pretrained(folder)
+            del model
         return str(folder), "last"
     raise SystemExit(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}")
 
 
-def orca_model(folder: str, pooling: str, *, add_special_tokens: bool | None = None, score_type: str = "multinomial", seed: int = 0):
+def orca_model(folder: str, pooling: str, *, add_special_tokens: bool | None = None, score_type: str = "multinomial", seed: int = 0,
+               device: str = "cpu", dtype: torch.dtype = torch.float32):  # fmt: skip
     """An ORCA model on the backbone with the release template and a visible (seeded, std 0.05) head."""
     from modeling_orca import OrcaForCorrectnessDistribution
 
     kwargs = dict(RELEASE_TEMPLATE, pooling=pooling)
     if add_special_tokens is not None:
         kwargs["add_special_tokens"] = add_special_tokens
-    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, score_type=score_type, **kwargs)
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, score_type=score_type, dtype=dtype, **kwargs)
     torch.manual_seed(seed)
     torch.nn.init.normal_(model.score_head.weight, std=0.05)
-    return model.eval(), tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 def is_decoder(backbone) -> bool:
@@ -133,15 +144,18 @@ class PeakMemory:
         return (self.peak - self.start) / 2**20
 
 
-def gemm_gflops(size: int = 2048, repeats: int = 3) -> float:
-    """float32 matrix-multiply rate (GFLOP/s) at the current torch thread count: median of `repeats`."""
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
+def gemm_gflops(size: int = 2048, repeats: int = 3, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """Matrix-multiply rate (GFLOP/s) at the current torch thread count (or on the GPU): median of `repeats`."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
     torch.mm(a, b)
     times = []
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         torch.mm(a, b)
+        sync()
         times.append(time.perf_counter() - t)
     times.sort()
     return 2 * size**3 / times[len(times) // 2] / 1e9

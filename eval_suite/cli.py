@@ -6,8 +6,10 @@
 
 Every non-blank input line gives one output line, in input order: the input object plus `orca_mean`,
 `orca_variance`, `orca_probs`, `orca_score` and `orca_error`. Scores come from the model's own `predict` (the one
-scoring path). The output is built in a `.partial` file (one per process under `accelerate launch`), appended in
-chunks of whole records with fsync, and renamed into place at the end: `--resume` continues an interrupted run.
+scoring path). Records are scored question by question (all answers sharing the text before the candidate
+together, so `predict` computes that text once); the output is built in a `.partial` file (one per process under
+`accelerate launch`), appended in chunks of whole records with fsync, and put in input order at the end:
+`--resume` continues an interrupted run.
 """
 
 from __future__ import annotations
@@ -140,13 +142,16 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, s
     return resolved, resolved or "unresolved (default branch)"
 
 
-def load_model(model_id: str, revision: str | None = None, device=None):
-    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode. Weights are read from safetensors
-    files only: a checkpoint with only pickle-based `.bin`/`.pt` weights is refused, never unpickled."""
+def load_model(model_id: str, revision: str | None = None, device=None, dtype: str | None = None):
+    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode, in `dtype` (default: as saved).
+    Weights are read from safetensors files only: a checkpoint with only pickle-based `.bin`/`.pt` weights is
+    refused, never unpickled."""
+    import torch
     from transformers import AutoModel, AutoTokenizer
 
+    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
     try:
-        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True)
+        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True, **kwargs)
     except OSError as err:  # no such folder, Hub id or revision: transformers' message says which
         raise UsageError(f"--model {model_id}: {err}") from None
     if not hasattr(model, "predict"):
@@ -221,6 +226,34 @@ def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | N
 # ------------------------------------------------------------------------------------------------ output files
 
 
+def group_key(entry: Entry, config) -> Any:
+    """What a record shares with the other answers to its question: its rendered input before the candidate (the
+    model file's own formatter, so the groups are what `predict` shares). A line that failed validation is alone."""
+    from modeling_orca import input_variants, split_fields
+
+    if entry.record is None:
+        return ("line", entry.line)
+    return split_fields(input_variants(entry.record, config)[0], config)[0]
+
+
+def shard_plan(keys: list, count: int) -> list[list[int]]:
+    """Per process, the indices of `keys` it scores, in scoring order. Entries with equal keys (a group) stay on one
+    process and together in its order, so a chunk holds whole questions (bar its two ends) and `predict` shares
+    their prefix; round robin or file order would scatter them. Groups go largest first to the least loaded
+    process (loads then differ by at most the largest group); a process takes its groups in order of first
+    appearance, entries in input order. Deterministic: every process computes the same plan from the same file."""
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    taken: list[list[list[int]]] = [[] for _ in range(count)]
+    load = [0] * count
+    for members in sorted(groups.values(), key=len, reverse=True):  # stable: ties in first-appearance order
+        k = load.index(min(load))
+        taken[k].append(members)
+        load[k] += len(members)
+    return [[i for members in sorted(chosen) for i in members] for chosen in taken]
+
+
 def shard_path(output: Path, index: int, count: int) -> Path:
     if count == 1:
         return output.with_name(output.name + ".partial")
@@ -278,16 +311,20 @@ def read_lines(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def finalise(output: Path, entries: list[Entry], count: int) -> list[dict]:
-    """Merge the shards in input order (checking that each holds exactly its entries) and rename into place."""
-    shards = [read_lines(shard_path(output, k, count)) for k in range(count)]
-    for k, shard in enumerate(shards):
-        keys, want = [output_key(o) for o in shard], [e.key for e in entries[k::count]]
+def finalise(output: Path, entries: list[Entry], plan: list[list[int]]) -> list[dict]:
+    """Merge the shards in input order (checking that each holds exactly its planned entries) and put the result
+    in place."""
+    count = len(plan)
+    lines: list = [None] * len(entries)
+    for k, indices in enumerate(plan):
+        shard = read_lines(shard_path(output, k, count))
+        keys, want = [output_key(o) for o in shard], [entries[i].key for i in indices]
         if keys != want:
             raise RuntimeError(f"{shard_path(output, k, count)}: holds {len(keys)} lines, expected {len(want)} "
                                "(or lines out of order): the shard is incomplete")
-    lines = [shards[i % count][i // count] for i in range(len(entries))]
-    if count == 1:
+        for i, line in zip(indices, shard):
+            lines[i] = line
+    if count == 1 and plan[0] == list(range(len(entries))):
         os.replace(shard_path(output, 0, 1), output)  # the partial file already is the output, in order
         return lines
     tmp = output.with_name(output.name + ".merge.tmp")
@@ -379,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, type=Path, help="JSONL records (project schema or the ORCA release format)")
     p.add_argument("--output", required=True, type=Path, help="JSONL, one line per non-blank input line, in order")
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                   help="weights and activations (default: as saved); bfloat16 on a GPU halves memory and time")
     p.add_argument("--clamp", default="config", metavar="auto|THRESHOLD|off",
                    help="clamp confident scores to 0/1: auto = the model config's clamp_variance_threshold, a number "
                         "= that variance threshold (1-5 scale), off = never; default: as the model config says")
@@ -411,20 +450,21 @@ def run(args) -> dict | None:
     state = PartialState(cpu=cpu, timeout=timedelta(hours=48))
     rank, count = state.process_index, state.num_processes
     entries, blank = read_entries(args.input, args.on_error)
-    mine = entries[rank::count]  # round robin: every process gets a similar share of every part of the file
 
     partial = shard_path(args.output, rank, count)
     if partial.exists() and not args.resume:
         raise UsageError(f"{partial} exists (an interrupted run): pass --resume to continue it, or delete it")
 
     load_revision, revision_id = resolve_revision(args.model, args.revision)
-    model, tokenizer = load_model(args.model, load_revision, device=state.device)
+    model, tokenizer = load_model(args.model, load_revision, device=state.device, dtype=args.dtype)
     model_config = model.config.to_dict()  # as saved, before the clamp switch below
     config_clamp = model.config.clamp
     # the threshold is passed to predict explicitly; with config.clamp left on, predict would clamp under --clamp
     # off, and the dev scores of --tune-clamp-on must be unclamped
     model.config.clamp = False
     threshold, clamp_info = resolve_clamp(args, model, tokenizer, config_clamp)
+    plan = shard_plan([group_key(e, model.config) for e in entries], count)
+    mine = [entries[i] for i in plan[rank]]
 
     start = 0
     if partial.exists():
@@ -437,7 +477,7 @@ def run(args) -> dict | None:
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    lines = finalise(args.output, entries, count)
+    lines = finalise(args.output, entries, plan)
     system, metrics = summarise(entries, lines, model.config, threshold)
     errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
     long_lines = over_max_chars(entries, model.config.max_chars)

@@ -22,12 +22,23 @@ def run(script, *args, timeout=120):
 def test_bench_scoring_smoke(shared_data, tmp_path):
     out = tmp_path / "scoring.json"
     lines = run("bench_scoring.py", "--n", "10", "--backbone", "tiny-llama", "--naive-batch-sizes", "2,4", "--calib", "4",
-                "--gemm-size", "256", "--json", str(out))  # fmt: skip
+                "--gemm-size", "256", "--repeats", "2", "--json", str(out))  # fmt: skip
     assert re.fullmatch(r"speedup_vs_naive=\d+\.\d\d floor_fraction=\d+\.\d\d", lines[-1]), lines[-1]
     result = json.loads(out.read_text())["results"][0]
     assert result["agree"] and result["records"] == 10 and result["prefix_sharing"] is True
+    assert result["malloc_tuned"] is sys.platform.startswith("linux") and len(result["a"]["runs"]) == 2
     assert result["floor_tokens"] < result["input_tokens"]  # answers to one question share their prefix
     assert any(line.startswith("(a) predict") for line in lines) and any(line.startswith("(b) naive") for line in lines)
+
+
+def test_bench_scoring_smoke_bfloat16(shared_data, tmp_path):
+    # the dtype plumbing of a GPU run (--device cuda --dtype bfloat16), here on the CPU
+    out = tmp_path / "scoring.json"
+    run("bench_scoring.py", "--n", "6", "--backbone", "tiny-llama", "--naive-batch-sizes", "2", "--gemm-size", "128",
+        "--dtype", "bfloat16", "--repeats", "1", "--json", str(out))  # fmt: skip
+    result = json.loads(out.read_text())["results"][0]
+    assert result["dtype"] == "bfloat16" and result["tolerance"] == 0.05 and result["agree"]
+    assert 0 < result["max_abs_mean_diff"]  # 16-bit arithmetic really ran: the two paths differ a little
 
 
 def test_bench_train_smoke(shared_data):

@@ -1,5 +1,6 @@
 """orca-score (eval_suite/cli.py) on a tiny random ORCA model saved to a folder: order, validation, clamping,
-resume after an interruption, and a 2-process `accelerate launch` run equal to the single-process one."""
+scoring question by question (the shard plan), resume after an interruption, and a 2-process `accelerate launch`
+run equal to the single-process one."""
 
 from __future__ import annotations
 
@@ -60,6 +61,16 @@ def make_lines(n: int, seed: int, labelled: bool = True) -> list[dict]:
     return lines
 
 
+def by_system(questions: int, systems: str, seed: int) -> list[dict]:
+    """Answers listed system by system, as benchmark exports often are: every question once per system, so the
+    answers to one question lie `questions` lines apart (file-order chunks of a system share no prefix)."""
+    rng = random.Random(seed)
+    refs = [rng.choice(WORDS) for _ in range(questions)]
+    return [{"id": f"{s}-{q}", "question": f"Which animal is number {q}?", "reference": refs[q],
+             "rationale": "An animal call.", "transcription": "", "candidate": " ".join(rng.sample(WORDS, 2)),
+             "ratings": [rng.randint(1, 5)]} for s in systems for q in range(questions)]
+
+
 def write_jsonl(path: Path, lines: list) -> Path:
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
     return path
@@ -104,6 +115,89 @@ def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir
     assert summary["system"]["mean"] == pytest.approx(np.mean([o["orca_mean"] for o in out]))
     assert summary["metrics"]["unclamped"]["n"] == 10 and "clamped" not in summary["metrics"]
     assert summary["config"]["model"]["score_type"] == "multinomial"
+
+
+def test_shard_plan_example():
+    keys = list("aabcbaddd")  # groups a: 0 1 5, b: 2 4, c: 3, d: 6 7 8
+    assert cli.shard_plan(keys, 1) == [[0, 1, 5, 2, 4, 3, 6, 7, 8]]
+    assert cli.shard_plan(keys, 2) == [[0, 1, 5, 2, 4], [3, 6, 7, 8]]
+    assert cli.shard_plan(keys, 5) == [[0, 1, 5], [6, 7, 8], [2, 4], [3], []]
+    assert cli.shard_plan(list("abc"), 1) == [[0, 1, 2]] and cli.shard_plan([], 2) == [[], []]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_shard_plan_keeps_groups_whole_balanced_and_deterministic(seed):
+    rng = random.Random(seed)
+    alphabet = "abcdefghijkl"[: rng.randint(1, 12)]
+    keys = [rng.choice(alphabet) if rng.random() < 0.8 else alphabet[0] for _ in range(rng.randint(1, 80))]
+    keys += [("line", i) for i in range(rng.randint(0, 3))]  # lines that failed validation: their own groups
+    first = {k: keys.index(k) for k in keys}
+    for count in range(1, 7):
+        plan = cli.shard_plan(keys, count)
+        assert len(plan) == count and sorted(i for shard in plan for i in shard) == list(range(len(keys)))
+        owners = {keys[i]: k for k, shard in enumerate(plan) for i in shard}
+        assert all(owners[keys[i]] == k for k, shard in enumerate(plan) for i in shard)  # no group split
+        for shard in plan:  # group by group, in first appearance order, input order within a group
+            assert shard == sorted(shard, key=lambda i: (first[keys[i]], i))
+        loads = [len(shard) for shard in plan]
+        assert max(loads) - min(loads) <= max(keys.count(k) for k in first)
+        assert cli.shard_plan(list(keys), count) == plan
+
+
+def test_group_key_is_the_text_before_the_candidate():
+    from configuration_orca import OrcaConfig
+    from dataset_builder.schema import validate_record
+
+    def key(line: int, **change) -> object:
+        obj = {"id": "a", "question": "Which animal?", "reference": "dog", "rationale": "A call.", "candidate": "a dog"}
+        return cli.group_key(cli.Entry(line, "", obj | change, validate_record(obj | change)), OrcaConfig())
+
+    assert key(1) == key(2, id="b", candidate="a cat") and "Which animal?" in key(1) and "a dog" not in key(1)
+    assert key(1) != key(3, reference="cat") and key(1) != key(4, question="Which bird?")
+    bad = [cli.group_key(cli.Entry(line, "x", None, None, "bad"), OrcaConfig()) for line in (5, 6)]
+    assert bad[0] != bad[1]  # lines that failed validation are groups of one
+
+
+def test_finalise_merges_in_input_order_and_refuses_a_shard_off_plan(tmp_path):
+    entries, _ = cli.read_entries(write_jsonl(tmp_path / "in.jsonl", by_system(2, "AB", 12)), "raise")  # A-0 A-1 B-0 B-1
+    out = tmp_path / "out.jsonl"
+    for plan in ([[0, 2, 1, 3]], [[0, 2], [1, 3]]):
+        for k, shard in enumerate(plan):
+            write_jsonl(cli.shard_path(out, k, len(plan)), [{"id": entries[i].obj["id"], "orca_error": None} for i in shard])
+        lines = cli.finalise(out, entries, plan)
+        assert [o["id"] for o in lines] == [o["id"] for o in read_jsonl(out)] == ["A-0", "A-1", "B-0", "B-1"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
+    write_jsonl(cli.shard_path(out, 0, 1), [{"id": e.obj["id"], "orca_error": None} for e in entries])  # input order
+    with pytest.raises(RuntimeError, match="out of order"):
+        cli.finalise(out, entries, [[0, 2, 1, 3]])
+
+
+def test_answers_sorted_by_system_are_scored_question_by_question_in_input_order(tmp_path, model_dir, monkeypatch):
+    from transformers import AutoModel, AutoTokenizer
+
+    from dataset_builder.schema import validate_record
+
+    lines = by_system(4, "ABC", 11)
+    inp = write_jsonl(tmp_path / "in.jsonl", lines)
+    real_write, written = cli.write_chunk, []
+
+    def spy(fh, chunk):
+        written.append([o["id"] for o in chunk])
+        real_write(fh, chunk)
+
+    monkeypatch.setattr(cli, "write_chunk", spy)
+    score(model_dir, inp, tmp_path / "out.jsonl", "--chunk-size", "6", "--batch-size", "4", "--clamp", "off")
+    # each chunk (one predict call) holds whole questions; file order would give one system per chunk, nothing shared
+    assert written[:2] == [["A-0", "B-0", "C-0", "A-1", "B-1", "C-1"], ["A-2", "B-2", "C-2", "A-3", "B-3", "C-3"]]
+    assert written[2] == [x["id"] for x in lines]  # the merged output, in input order
+
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert [o["id"] for o in out] == [x["id"] for x in lines] and not (tmp_path / "out.jsonl.partial").exists()
+    assert all({k: o[k] for k in x} == x for o, x in zip(out, lines))
+    model, tokenizer = AutoModel.from_pretrained(model_dir, trust_remote_code=True), AutoTokenizer.from_pretrained(model_dir)
+    alone = [model.predict([validate_record(x)], tokenizer)[0] for x in lines]
+    np.testing.assert_allclose([o["orca_mean"] for o in out], [p["mean"] for p in alone], atol=1e-5)
+    np.testing.assert_allclose([o["orca_probs"] for o in out], [p["probs"] for p in alone], atol=1e-5)
 
 
 def test_unlabelled_input_gives_scores_and_no_metrics(tmp_path, model_dir, capsys):
@@ -207,7 +301,7 @@ def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
 
 
 def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir, monkeypatch):
-    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(20, 8))
+    inp = write_jsonl(tmp_path / "in.jsonl", by_system(5, "ABCD", 8))  # chunks of 4: one question each
     args = ["--chunk-size", "4", "--batch-size", "4"]
     score(model_dir, inp, tmp_path / "straight.jsonl", *args)
 
@@ -225,9 +319,10 @@ def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir
         score(model_dir, inp, out, *args)
     monkeypatch.setattr(cli, "write_chunk", real_write)
     partial = tmp_path / "out.jsonl.partial"
-    assert len(read_jsonl(partial)) == 8 and not out.exists()
+    assert [o["id"] for o in read_jsonl(partial)] == ["A-0", "B-0", "C-0", "D-0", "A-1", "B-1", "C-1", "D-1"]
+    assert not out.exists()
     with partial.open("a") as fh:
-        fh.write('{"id": "s8-8", "orca_me')  # a torn line from a kill mid-write
+        fh.write('{"id": "A-2", "orca_me')  # a torn line from a kill mid-write
 
     with pytest.raises(SystemExit) as exit_info:  # an existing partial file needs --resume
         cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(out), *args])
@@ -247,7 +342,8 @@ def free_port() -> int:
 
 
 def test_two_process_accelerate_launch_equals_single_process(tmp_path, model_dir):
-    lines = make_lines(13, 9) + ["not json"] + make_lines(4, 10, labelled=False)
+    answers = by_system(5, "ABC", 9)  # interleaved questions: each process must get whole questions
+    lines = answers[:7] + ["not json"] + answers[7:] + make_lines(4, 10, labelled=False)
     inp = write_jsonl(tmp_path / "in.jsonl", lines)
     common = ["--model", str(model_dir), "--input", str(inp), "--on-error", "skip", "--chunk-size", "3", "--no-progress"]
     single = score(model_dir, inp, tmp_path / "single.jsonl", "--on-error", "skip", "--chunk-size", "3")
@@ -263,10 +359,21 @@ def test_two_process_accelerate_launch_equals_single_process(tmp_path, model_dir
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     a, b = read_jsonl(tmp_path / "single.jsonl"), read_jsonl(tmp_path / "multi.jsonl")
-    assert [o.get("id") for o in b] == [o.get("id") for o in a] and len(b) == 18
+    assert [o.get("id") for o in b] == [o.get("id") for o in a] and len(b) == 20
     assert [o["orca_error"] is None for o in b] == [o["orca_error"] is None for o in a]
     for key in ("orca_mean", "orca_score"):
         np.testing.assert_allclose([o[key] or 0.0 for o in b], [o[key] or 0.0 for o in a], atol=1e-6)
     multi = json.loads((tmp_path / "multi.summary.json").read_text())
     assert multi["counts"]["processes"] == 2 and multi["counts"]["errors"] == single["counts"]["errors"] == 1
     assert not list(tmp_path.glob("multi.jsonl.*"))  # shards merged and removed
+
+
+def test_dtype_bfloat16_loads_and_scores_close_to_float32(tmp_path, model_dir):
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(6, 3))
+    full = score(model_dir, inp, tmp_path / "f32.jsonl", "--clamp", "off")
+    half = score(model_dir, inp, tmp_path / "bf16.jsonl", "--clamp", "off", "--dtype", "bfloat16")
+    assert half["config"]["args"]["dtype"] == "bfloat16" and full["config"]["args"]["dtype"] is None
+    f32, bf16 = read_jsonl(tmp_path / "f32.jsonl"), read_jsonl(tmp_path / "bf16.jsonl")
+    assert [o["id"] for o in bf16] == [o["id"] for o in f32]
+    diffs = [abs(a["orca_mean"] - b["orca_mean"]) for a, b in zip(f32, bf16)]
+    assert max(diffs) < 0.1 and any(d > 0 for d in diffs)  # bf16 really ran: close to float32, not equal

@@ -157,3 +157,29 @@ def test_shared_prefix_equals_plain_scoring_on_smollm2():
     model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(smollm2_path(), score_type="multinomial")
     torch.nn.init.normal_(model.score_head.weight, std=0.05)
     assert_same(model.predict(recs, tokenizer), model.predict(recs, tokenizer, share_prefix=False))
+
+
+@pytest.mark.parametrize("kind, attn", [("llama", "sdpa"), ("gemma3", "sdpa"), ("olmo2", "eager")])
+def test_start_common_to_all_questions_is_computed_once_from_a_cache(kind, attn, smollm2_tokenizer, monkeypatch):
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    backbone_config = tiny_backbone_config(kind, len(smollm2_tokenizer))
+    if kind == "gemma3":
+        backbone_config.sliding_window = 128  # rows fit the window (16 in the tiny config: nothing would be shared)
+    backbone = AutoModel.from_config(backbone_config, attn_implementation=attn)
+    config = OrcaConfig(backbone_config=backbone.config, template_prefix="Rate the candidate answer against the reference. ")
+    model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
+    torch.nn.init.normal_(model.score_head.weight, std=0.5)
+    prefixes = []
+    original = model._prefix_cache
+    monkeypatch.setattr(model, "_prefix_cache", lambda prefix: prefixes.append(prefix) or original(prefix))
+    recs = records()
+    shared = model.predict(recs, smollm2_tokenizer, batch_size=1)
+    assert len(prefixes) == 1 and smollm2_tokenizer.decode(prefixes[0]).startswith("Rate the candidate answer")
+    assert_same(shared, model.predict(recs, smollm2_tokenizer, share_prefix=False))
+    assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
+    # one input alone: its common start is all of it but its last token
+    (alone,) = model.predict(recs[:1], smollm2_tokenizer)
+    (ids,) = encode_fields([input_fields(recs[0], model.config)], smollm2_tokenizer, model.config)
+    assert len(prefixes[-1]) == len(ids) - 1 and alone["mean"] == pytest.approx(shared[0]["mean"], abs=1e-5)
