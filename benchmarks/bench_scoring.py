@@ -10,8 +10,10 @@
     divided by the float32 matrix-multiply rate measured in the same run with the same threads.
 
 Both paths get the same backbone weights, the same head and the same input string (the release template); the
-means must agree within 1e-4 (0.05 in 16-bit types). Both run in one process, so (b) also gets the malloc tuning that (a) switches on
-(`modeling_orca.tune_cpu_malloc`); `ORCA_TUNE_MALLOC=0` runs both without it. Last line: `speedup_vs_naive=X.XX floor_fraction=Y.YY` (first backbone).
+means must agree within 1e-4 (0.05 in 16-bit types). Both run in one process, so (b) also gets the malloc tuning
+that (a) switches on (`modeling_orca.tune_cpu_malloc`); `ORCA_TUNE_MALLOC=0` runs both without it. (a) runs
+`--repeats` times, each between GEMM probes; medians are reported. Last line:
+`speedup_vs_naive=X.XX floor_fraction=Y.YY` (first backbone).
 
     .venv/bin/python benchmarks/bench_scoring.py                      # 1,000 EVOUNA-NQ answers, SmolLM2 + MiniLM
     .venv/bin/python benchmarks/bench_scoring.py --backbone smollm2 --ablations
