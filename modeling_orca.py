@@ -482,7 +482,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         if not prefix or self._cache_kwarg is None:
             return None
         out = self.backbone(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
-        return getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        return out.cache if self._cache_kwarg == "cache" else out.past_key_values
 
     def _score_shared(self, rows: list[_PrefixTree], n: int, pad_id: int, budget: int, progress, prefix: list[int]) -> torch.Tensor:
         """Logits of inputs given as prefix trees, one tree per batch row: every distinct prefix of the inputs of a
