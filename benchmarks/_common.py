@@ -161,6 +161,25 @@ def gemm_gflops(size: int = 2048, repeats: int = 3, device: str = "cpu", dtype: 
     return 2 * size**3 / times[len(times) // 2] / 1e9
 
 
+def run_info(args) -> dict:
+    """What a result file records about its run: package and library versions, the repository revision, the
+    command's arguments."""
+    import subprocess
+
+    import transformers
+
+    from eval_suite.cli import package_version
+
+    try:
+        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        revision, dirty = None, None
+    return dict(package=dict(name="orca-judge", version=package_version()), git_revision=revision, uncommitted_changes=dirty,
+                torch=torch.__version__, transformers=transformers.__version__, threads=torch.get_num_threads(),
+                date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), args=vars(args))  # fmt: skip
+
+
 def load_line() -> str:
     try:
         return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())

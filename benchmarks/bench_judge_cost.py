@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import BACKBONES, PeakMemory, backbone_folder, load_line, load_records, orca_model
+from _common import BACKBONES, PeakMemory, backbone_folder, load_line, load_records, orca_model, run_info
 
 
 def main(argv=None) -> int:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     print(f"{judge_label:<44}{judge_s:>9.3f}{1 / judge_s:>9.2f}{mem_j.peak_mib:>10.0f}")
     print(f"judge replies without a usable rating: {result.n_failed}/{n}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(orca_s_per_item=orca_s, judge_s_per_item=judge_s, judge_failed=result.n_failed, n=n, load=load_line()), indent=1))
+        Path(args.json).write_text(json.dumps(dict(**run_info(args), orca_s_per_item=orca_s, judge_s_per_item=judge_s, judge_failed=result.n_failed, n=n, load=load_line()), indent=1))
     print(load_line())
     print(f"orca_s_per_item={orca_s:.3f} judge_s_per_item={judge_s:.3f} judge_cost_ratio={judge_s / orca_s:.2f}")
     return 0

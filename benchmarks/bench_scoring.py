@@ -40,6 +40,7 @@ from _common import (
     load_line,
     load_records,
     orca_model,
+    run_info,
 )
 
 
@@ -92,6 +93,30 @@ def backbone_flops(model, contexts: list[int]) -> float:
     return 2.0 * linear * len(contexts) + 4.0 * width * cfg.num_hidden_layers * sum(contexts)
 
 
+def profile_predict(fn) -> dict:
+    """One run of `fn` under the torch profiler: the share of its operators' time spent in matrix multiplies (and
+    their GFLOP/s), in SDPA kernels, and in everything else (the profiler's own overhead falls mostly on the many
+    small operators of the last group)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        fn()
+    groups = {"matrix multiplies": 0.0, "attention kernels": 0.0, "other operators": 0.0}
+    mm_flops = 0
+    for event in prof.key_averages():
+        seconds = event.self_cpu_time_total / 1e6
+        if event.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+            groups["matrix multiplies"] += seconds
+            mm_flops += event.flops or 0
+        elif "scaled_dot_product" in event.key or "flash_attention" in event.key:
+            groups["attention kernels"] += seconds
+        else:
+            groups["other operators"] += seconds
+    total = sum(groups.values())
+    return dict(seconds={k: round(v, 2) for k, v in groups.items()}, share={k: round(v / total, 3) for k, v in groups.items()},
+                mm_gflops=round(mm_flops / groups["matrix multiplies"] / 1e9, 1) if groups["matrix multiplies"] else None)  # fmt: skip
+
+
 def timed(fn):
     """(result, seconds, PeakMemory); on a GPU the memory also has `gpu_peak_mib` (results come back to the CPU,
     so the time includes the GPU's work)."""
@@ -139,14 +164,27 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         runs_a.append((t, (before + statistics.median(gemm[-3:])) / 2))
     t_a = statistics.median(t for t, _ in runs_a)
     mean_a = torch.tensor([p["mean"] for p in preds])
+    profile = None
+    if args.profile:
+        profile = profile_predict(lambda: model.predict(records, tokenizer, batch_size=args.batch_size))
+        gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
+        profile["gemm_gflops_after"] = round(statistics.median(gemm[-3:]), 1)
 
     ablations = []
     if args.ablations:
-        runs = [("no prefix sharing", dict(share_prefix=False))]
-        runs += [(f"max_batch_tokens={b}", dict(max_batch_tokens=b)) for b in (512, 2048, 4096, 8192)]
-        runs += [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))))]
-        for label, kw in runs:
+        # (label, predict keywords, model attributes for the run)
+        runs = [("no prefix sharing", dict(share_prefix=False), {})]
+        runs += [("no query-chunked tree attention", {}, dict(tree_attention_queries=None))]
+        runs += [("last layer's MLP at every position", {}, dict(prune_last_mlp=False))]
+        runs += [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)]
+        runs += [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})]
+        for label, kw, attrs in runs:
+            saved = {name: getattr(model, name) for name in attrs}
+            for name, value in attrs.items():
+                setattr(model, name, value)
             _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, batch_size=args.batch_size, **kw))
+            for name, value in saved.items():
+                setattr(model, name, value)
             ablations.append(dict(variant=label, seconds=round(t, 2), items_per_s=round(len(records) / t, 2), peak_mib=round(mem.peak_mib),
                                   page_faults=mem.page_faults))  # fmt: skip
             print(f"  ablation {label:<36} {len(records) / t:8.2f} items/s  ({t:.1f} s, {mem.page_faults} page faults)", flush=True)
@@ -206,6 +244,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         tolerance=args.tolerance,
         agree=diff <= args.tolerance,
         ablations=ablations,
+        profile=profile,
     )
 
 
@@ -220,6 +259,7 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-size", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
     p.add_argument("--ablations", action="store_true", help="also time predict without each technique")
+    p.add_argument("--profile", action="store_true", help="also profile one run of predict: matrix multiplies (their GFLOP/s), attention, the rest")
     p.add_argument("--repeats", type=int, default=3, help="timed runs of (a), each between GEMM probes; medians reported")
     p.add_argument("--device", default="cpu", help="e.g. cuda: both paths and the GEMM probe run there")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights, activations, GEMM probe")
@@ -254,8 +294,12 @@ def main(argv=None) -> int:
                   + f"; {a['page_faults_last_run']} page faults in the last")  # fmt: skip
             print(f"a/b = {r['speedup_vs_naive']:.2f}x   floor/a = {r['floor_fraction']:.2f} (median over runs)   "
                   f"max |mean a - mean b| = {r['max_abs_mean_diff']:.2e} ({'agree' if r['agree'] else 'DISAGREE'} within {args.tolerance:g})", flush=True)  # fmt: skip
+            if r["profile"]:
+                prof = r["profile"]
+                print("profile of one run of (a): " + ", ".join(f"{k} {v:.0%} ({prof['seconds'][k]} s)" for k, v in prof["share"].items())
+                      + f"; matrix multiplies at {prof['mm_gflops']} GFLOP/s (GEMM probe after: {prof['gemm_gflops_after']})")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(results=results, load=load_line()), indent=1))
+        Path(args.json).write_text(json.dumps(dict(**run_info(args), results=results, load=load_line()), indent=1))
     print(load_line())
     first = results[0]
     print(f"speedup_vs_naive={first['speedup_vs_naive']:.2f} floor_fraction={first['floor_fraction']:.2f}")

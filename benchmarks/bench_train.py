@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import REPO, PeakMemory, is_decoder, load_line, load_records
+from _common import REPO, PeakMemory, is_decoder, load_line, load_records, run_info
 
 
 def optimizer_for(model, lr, head_lr):
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     print(f"{'package (bucketed, base model)':<34}{rate_a:>9.3f}{tokens_a / args.steps:>20.0f}{mem_a.peak_mib:>10.0f}")
     print(f"{'naive (unbucketed, full logits)':<34}{rate_b:>9.3f}{tokens_b / args.steps:>20.0f}{mem_b.peak_mib:>10.0f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(steps_per_s=rate_a, naive_steps_per_s=rate_b, peak_mib=mem_a.peak_mib,
+        Path(args.json).write_text(json.dumps(dict(**run_info(args), steps_per_s=rate_a, naive_steps_per_s=rate_b, peak_mib=mem_a.peak_mib,
                                                     naive_peak_mib=mem_b.peak_mib, load=load_line()), indent=1))  # fmt: skip
     print(load_line())
     print(f"steps_per_s={rate_a:.2f} naive_steps_per_s={rate_b:.2f} speedup_vs_naive={rate_a / rate_b:.2f}")
