@@ -329,8 +329,9 @@ def tune_cpu_malloc() -> bool:
 # Attention over prefix-tree rows (`predict` with prefix sharing, on CPU). A row's mask is lower triangular (a
 # node's ancestors come before it), but SDPA's CPU kernel computes every query-key pair under a mask, and
 # transformers repeats each key/value head for every query head it serves once a mask is given. Chunks of queries,
-# each against the keys up to its last query, skip most of the masked upper triangle, and grouped-query attention
-# in the kernel skips the copies (SmolLM2, 300 answers: a third less attention time; docs/performance.md).
+# each against the keys up to its last query, skip most of the masked upper triangle (42 % fewer query-key pairs on
+# SmolLM2's rows of EVOUNA-NQ), and grouped-query attention in the kernel skips the copies: 1.2x faster attention
+# there (`benchmarks/bench_attention.py`).
 
 
 def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, query_chunk=32, **kwargs):
@@ -501,7 +502,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
     cpu_batch_tokens = 1024
 
     # tokens of one row of prefix-shared scoring (a question's shared ids and some of its answers' ids): longer
-    # rows waste attention work (every token of a row is scored against all of its tokens, masked or not)
+    # rows waste attention work (a token is scored against every earlier key of its row, masked or not, or on a GPU
+    # against all of the row's keys)
     share_row_tokens = 512
 
     # queries per chunk of the prefix-tree attention on CPU (`tree_attention_forward`); None: transformers' SDPA
@@ -656,7 +658,9 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         calls `tune_cpu_malloc`. With `share_prefix` (default: the config's
         `share_prefix`) and a causal decoder pooled at the last token, the ids shared by all answers to one
         question (the fields before the candidate) are computed once per question and batch row (exact: see
-        `prefix_sharing_supported`); inputs cut to `max_length` are scored on their own."""
+        `prefix_sharing_supported`); inputs cut to `max_length` are scored on their own. Those rows attend in
+        chunks of `tree_attention_queries` queries on CPU (`tree_attention_forward`). With `prune_last_mlp`, the
+        backbone's last layer runs its MLP at the pooled positions only."""
         was_training = self.training
         self.eval()
         records = list(records)

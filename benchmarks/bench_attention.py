@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", default="16,32,64,128", help="query chunk sizes of tree_attention_forward")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", default="benchmarks/results/attention.json")
+    p.add_argument("--json", default=None, help="write the results to this file")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,6 +17,7 @@ that (a) switches on (`modeling_orca.tune_cpu_malloc`); `ORCA_TUNE_MALLOC=0` run
 
     .venv/bin/python benchmarks/bench_scoring.py                      # 1,000 EVOUNA-NQ answers, SmolLM2 + MiniLM
     .venv/bin/python benchmarks/bench_scoring.py --backbone smollm2 --ablations
+    .venv/bin/python benchmarks/bench_scoring.py --n 300 --backbone smollm2 --ablation tree-attention --ablation last-mlp --ablation-repeats 5
     python benchmarks/bench_scoring.py --backbone llama3b-random --device cuda --dtype bfloat16 --n 10000 --batch-size 64
 """
 
@@ -164,30 +165,39 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         runs_a.append((t, (before + statistics.median(gemm[-3:])) / 2))
     t_a = statistics.median(t for t, _ in runs_a)
     mean_a = torch.tensor([p["mean"] for p in preds])
-    profile = None
-    if args.profile:
-        profile = profile_predict(lambda: model.predict(records, tokenizer, batch_size=args.batch_size))
-        gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
-        profile["gemm_gflops_after"] = round(statistics.median(gemm[-3:]), 1)
 
     ablations = []
-    if args.ablations:
-        # (label, predict keywords, model attributes for the run)
-        runs = [("no prefix sharing", dict(share_prefix=False), {})]
-        runs += [("no query-chunked tree attention", {}, dict(tree_attention_queries=None))]
-        runs += [("last layer's MLP at every position", {}, dict(prune_last_mlp=False))]
-        runs += [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)]
-        runs += [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})]
-        for label, kw, attrs in runs:
-            saved = {name: getattr(model, name) for name in attrs}
-            for name, value in attrs.items():
-                setattr(model, name, value)
-            _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, batch_size=args.batch_size, **kw))
-            for name, value in saved.items():
-                setattr(model, name, value)
-            ablations.append(dict(variant=label, seconds=round(t, 2), items_per_s=round(len(records) / t, 2), peak_mib=round(mem.peak_mib),
-                                  page_faults=mem.page_faults))  # fmt: skip
-            print(f"  ablation {label:<36} {len(records) / t:8.2f} items/s  ({t:.1f} s, {mem.page_faults} page faults)", flush=True)
+    if args.ablation:
+        # key: (label, predict keywords, model attributes for the run)
+        variants = {
+            "sharing": [("no prefix sharing", dict(share_prefix=False), {})],
+            "tree-attention": [("no query-chunked tree attention", {}, dict(tree_attention_queries=None))],
+            "last-mlp": [("last layer's MLP at every position", {}, dict(prune_last_mlp=False))],
+            "budgets": [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)],
+            "items": [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})],
+        }
+        keys = list(variants) if "all" in args.ablation else args.ablation
+        default = lambda: model.predict(records, tokenizer, batch_size=args.batch_size)  # noqa: E731
+        for label, kw, attrs in [v for key in keys for v in variants[key]]:
+            pairs = []  # (default seconds, variant seconds): each variant run right after a default run
+            for _ in range(args.ablation_repeats):
+                _, t_default, _ = timed(default)
+                saved = {name: getattr(model, name) for name in attrs}
+                for name, value in attrs.items():
+                    setattr(model, name, value)
+                try:
+                    _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, batch_size=args.batch_size, **kw))
+                finally:
+                    for name, value in saved.items():
+                        setattr(model, name, value)
+                pairs.append((t_default, t))
+            t = statistics.median(v for _, v in pairs)
+            ratio = statistics.median(v / d for d, v in pairs)
+            ablations.append(dict(variant=label, seconds=round(t, 2), items_per_s=round(len(records) / t, 2), time_vs_default=round(ratio, 3),
+                                  runs=[dict(default_s=round(d, 2), variant_s=round(v, 2)) for d, v in pairs],
+                                  peak_mib=round(mem.peak_mib), page_faults=mem.page_faults))  # fmt: skip
+            print(f"  ablation {label:<36} {len(records) / t:8.2f} items/s  time x{ratio:.3f} of the default run before it "
+                  f"(median of {len(pairs)}; last: {mem.page_faults} page faults)", flush=True)  # fmt: skip
         gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
 
     # (b) the naive path at its best batch size
@@ -209,6 +219,13 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     mean_b, t_b, mem_b = timed(lambda: naive_means(naive, tokenizer, texts, head, pooling, best, add_special, config))
     gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
 
+
+    # last, as the profiler keeps memory that would count in the peaks above
+    profile = None
+    if args.profile:
+        profile = profile_predict(lambda: model.predict(records, tokenizer, batch_size=args.batch_size))
+        gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
+        profile["gemm_gflops_after"] = round(statistics.median(gemm[-3:]), 1)
 
     # (c) the floor
     n_floor, contexts = floor_tokens(token_ids, causal)
@@ -258,8 +275,12 @@ def main(argv=None) -> int:
     p.add_argument("--calib", type=int, default=120, help="records of the naive batch-size calibration")
     p.add_argument("--gemm-size", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
-    p.add_argument("--ablations", action="store_true", help="also time predict without each technique")
-    p.add_argument("--profile", action="store_true", help="also profile one run of predict: matrix multiplies (their GFLOP/s), attention, the rest")
+    p.add_argument("--ablations", dest="ablation", action="append_const", const="all", help="also time predict without each technique (= --ablation all)")
+    p.add_argument("--ablation", action="append", choices=("all", "sharing", "tree-attention", "last-mlp", "budgets", "items"),
+                   help="repeatable: time predict without this technique, each run right after a default run")
+    p.add_argument("--ablation-repeats", type=int, default=1, help="(default, variant) pairs per ablation; the median time ratio is reported")
+    p.add_argument("--profile", action="store_true", help="also profile one run of predict, after (b): matrix multiplies (their GFLOP/s), attention, the rest; "
+                   "the profiler's memory stays with the process, so later peaks (a next backbone's) count it: profile one backbone at a time")
     p.add_argument("--repeats", type=int, default=3, help="timed runs of (a), each between GEMM probes; medians reported")
     p.add_argument("--device", default="cpu", help="e.g. cuda: both paths and the GEMM probe run there")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights, activations, GEMM probe")

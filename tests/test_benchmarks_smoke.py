@@ -24,7 +24,7 @@ def run(script, *args, timeout=120):
 def test_bench_scoring_smoke(shared_data, tmp_path):
     out = tmp_path / "scoring.json"
     lines = run("bench_scoring.py", "--n", "10", "--backbone", "tiny-llama", "--naive-batch-sizes", "2,4", "--calib", "4",
-                "--gemm-size", "256", "--repeats", "2", "--ablations", "--profile", "--json", str(out))  # fmt: skip
+                "--gemm-size", "256", "--repeats", "2", "--ablations", "--ablation-repeats", "2", "--profile", "--json", str(out))  # fmt: skip
     assert re.fullmatch(r"speedup_vs_naive=\d+\.\d\d floor_fraction=\d+\.\d\d", lines[-1]), lines[-1]
     top = json.loads(out.read_text())
     assert top["package"]["name"] == "orca-judge" and top["args"]["n"] == 10 and "git_revision" in top
@@ -35,6 +35,7 @@ def test_bench_scoring_smoke(shared_data, tmp_path):
     assert any(line.startswith("(a) predict") for line in lines) and any(line.startswith("(b) naive") for line in lines)
     variants = [a["variant"] for a in result["ablations"]]
     assert {"no prefix sharing", "no query-chunked tree attention", "last layer's MLP at every position"} <= set(variants)
+    assert all(len(a["runs"]) == 2 and a["time_vs_default"] > 0 for a in result["ablations"])
     profile = result["profile"]
     assert sum(profile["share"].values()) == pytest.approx(1, abs=0.01) and profile["mm_gflops"] > 0
 
