@@ -177,7 +177,10 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
             "items": [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})],
         }
         keys = list(variants) if "all" in args.ablation else args.ablation
-        default = lambda: model.predict(records, tokenizer, batch_size=args.batch_size)  # noqa: E731
+
+        def default():
+            return model.predict(records, tokenizer, batch_size=args.batch_size)
+
         for label, kw, attrs in [v for key in keys for v in variants[key]]:
             pairs = []  # (default seconds, variant seconds): each variant run right after a default run
             for _ in range(args.ablation_repeats):
@@ -218,7 +221,6 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         naive_means(naive, tokenizer, texts[:4], head, pooling, best, add_special, config)
     mean_b, t_b, mem_b = timed(lambda: naive_means(naive, tokenizer, texts, head, pooling, best, add_special, config))
     gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
-
 
     # last, as the profiler keeps memory that would count in the peaks above
     profile = None
