@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv browser test test-fast quickstart leaderboard-demo lint bench clean
+.PHONY: venv browser test test-fast test-distributed quickstart leaderboard-demo leaderboard-app lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,16 +19,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian chromium for the leaderboard page's headless-browser test (the test skips, saying why, without it)
+# Debian chromium + chromedriver for the leaderboard's headless-browser tests (they skip, saying why, without them)
 browser:
-	test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "warning: could not install chromium; the browser test will be skipped"
+	{ test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } || \
+	  { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "warning: could not install chromium/chromium-driver; the browser tests will be skipped"
 
 test: venv browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
+# multi-process training (accelerate launch, 2 CPU processes over gloo) against one process; `make test` runs it too
+test-distributed: venv
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/test_distributed.py
+
 test-fast: venv
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not real and not slow"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not real"
 
 quickstart: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/quickstart.yaml
@@ -44,6 +49,18 @@ leaderboard-demo: venv
 	done
 	HF_HUB_OFFLINE=1 $(VENV)/bin/orca-leaderboard --model runs/quickstart/final --benchmark mmau-test-mini \
 	  --submissions runs/leaderboard-demo/submissions/*.jsonl --out runs/leaderboard-demo --no-progress
+
+# the leaderboard web app on http://127.0.0.1:7860, judged by the quickstart model; results in runs/leaderboard-app
+leaderboard-app: venv
+	test -d runs/quickstart/final || { echo "run make quickstart first"; exit 1; }
+	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.leaderboard.app --model runs/quickstart/final --results runs/leaderboard-app
+
+# one CUDA GPU, under 10 minutes: bf16 LoRA training of a Llama-3.2-1B-sized model (with and without shared
+# prefixes), predict on 10,000 records with a 3B-sized one, bf16 vs float32 scores (benchmarks/gpu_check.py).
+# Needs a CUDA build of torch in $(PY)'s environment (`make venv` installs the CPU one): GPU_PY=... to use another
+GPU_PY ?= $(PY)
+gpu-check: venv
+	HF_HUB_OFFLINE=1 $(GPU_PY) benchmarks/gpu_check.py --json runs/gpu_check.json
 
 lint: venv
 	$(VENV)/bin/ruff check .

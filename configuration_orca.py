@@ -47,6 +47,9 @@ class OrcaConfig(PreTrainedConfig):
         field_separator (`str`): text between fields (the paper's separator tokens).
         template_prefix (`str`): text before the first field.
         skip_empty_fields (`bool`): leave out a field (label included) whose value is empty.
+        strip_fields (`bool`): strip leading and trailing whitespace from every field's value (and each reference
+            alias, dropping empty aliases). `False` keeps every value exactly as given, as the reference release
+            formats its input: set in checkpoints converted from it.
         add_special_tokens (`bool`): let the tokenizer add BOS/CLS/SEP tokens.
         max_chars (`int`): the paper's data rule: instances with any text over this many characters are dropped
             from training data. At scoring time longer texts are scored with a warning (see `max_length`).
@@ -57,6 +60,9 @@ class OrcaConfig(PreTrainedConfig):
             at most `max_joined_references` of them and `max_reference_chars` characters; `"max"`: one forward pass
             per reference, keeping the distribution with the highest mean.
         reference_joiner (`str`): text between joined references.
+        max_scored_references (`int`): with `"max"` and more aliases than this, only the ones closest to the
+            candidate (share of an alias's character trigrams found in the candidate; ties keep the earlier alias)
+            are scored, so a record with 10-200 aliases costs this many passes. 0 = every alias.
         clamp (`bool`), clamp_margin (`float`), clamp_variance_threshold (`float`): the reference release's
             clamping of confident scores to exactly 0 or 1 (off by default).
         head_init_gain (`float`), head_init_bias (`float`): xavier-normal gain and constant bias of the head.
@@ -82,6 +88,7 @@ class OrcaConfig(PreTrainedConfig):
     field_separator: str = "\n"
     template_prefix: str = ""
     skip_empty_fields: bool = True
+    strip_fields: bool = True
     add_special_tokens: bool = True
     max_chars: int = 1000
     max_length: int = 512
@@ -90,6 +97,7 @@ class OrcaConfig(PreTrainedConfig):
     reference_joiner: str = " / "
     max_joined_references: int = 8
     max_reference_chars: int = 400
+    max_scored_references: int = 0
     clamp: bool = False
     clamp_margin: float = 0.125
     clamp_variance_threshold: float | None = None
@@ -133,6 +141,8 @@ class OrcaConfig(PreTrainedConfig):
             raise ValueError(f"OrcaConfig needs rating_min < rating_max, got {self.rating_min}..{self.rating_max}")
         if not 0 < self.beta_epsilon < 0.5:
             raise ValueError(f"OrcaConfig.beta_epsilon must be in (0, 0.5), got {self.beta_epsilon}")
+        if self.max_scored_references < 0:
+            raise ValueError(f"OrcaConfig.max_scored_references must be >= 0, got {self.max_scored_references}")
         if self.max_length < 8 or self.max_chars < 1 or self.max_joined_references < 1:
             raise ValueError("OrcaConfig.max_length must be >= 8, max_chars and max_joined_references >= 1")
 

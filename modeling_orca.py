@@ -3,27 +3,23 @@
 x = [question; reference; rationale; transcript; candidate] -> backbone (base model, no vocabulary logits) ->
 final hidden state at one position (the last real token by default) -> Linear -> parameters of a likelihood of the
 1-5 ratings (Beta, Multinomial or Bernoulli). This file and configuration_orca.py are everything a Hub checkpoint
-needs: the input formatter, truncation, batching and the scoring path (`predict`) all live here.
+needs, read top to bottom: the input formatter; the heads' statistics and losses; prefix-tree rows; the model;
+the scoring path (`predict`); the `pipeline()` task. Nothing here changes process-wide settings or the backbone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import ctypes
-import functools
 import inspect
-import os
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoModel, AutoTokenizer, Pipeline, PreTrainedModel
 from transformers import initialization as init
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 try:  # loaded by transformers from a Hub snapshot: the config sits beside this file
@@ -34,13 +30,24 @@ except ImportError:  # imported from the repository / an installed package
 logger = logging.get_logger(__name__)
 
 RATING_PAD = -100  # padding value of the `ratings` tensor (the usual ignore-index of transformers labels)
+PIPELINE_TASK = "orca-scoring"  # pipeline(PIPELINE_TASK, model=folder_or_repo, trust_remote_code=True)
+
+
+def rating_to_unit(x, rating_min: float = 1, rating_max: float = 5):
+    """A rating on the rating_min..rating_max scale (float, numpy array or tensor) on [0, 1]: (x - 1) / 4."""
+    return (x - rating_min) / (rating_max - rating_min)
+
+
+def unit_to_rating(u, rating_min: float = 1, rating_max: float = 5):
+    """The inverse of `rating_to_unit`: 1 + 4 u."""
+    return rating_min + (rating_max - rating_min) * u
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Input formatting: the one formatter used by training, evaluation, the CLI and the leaderboard
 
 
-def _text(record: dict, field: str) -> str:
+def _text(record: dict, field: str, config: OrcaConfig) -> str:
     value = record.get(field)
     if value is None and field == "transcript":
         value = record.get("transcription")  # the reference release's name for it
@@ -48,21 +55,40 @@ def _text(record: dict, field: str) -> str:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"record {record.get('id', '?')!r}: field {field!r} must be a string, got {type(value).__name__}")
-    return value.strip()
+    return value.strip() if config.strip_fields else value
 
 
-def reference_list(record: dict) -> list[str]:
-    """The acceptable reference answers of a record: one string or a list of aliases."""
+def reference_list(record: dict, strip: bool = True) -> list[str]:
+    """The acceptable reference answers of a record: one string or a list of aliases. With `strip`, each alias
+    is stripped and empty ones are dropped; without, they are kept exactly (`OrcaConfig.strip_fields=False`)."""
     if "reference" not in record or record["reference"] is None:
         raise ValueError(f"record {record.get('id', '?')!r}: missing field 'reference'")
     refs = record["reference"]
     refs = [refs] if isinstance(refs, str) else list(refs)
     if not all(isinstance(r, str) for r in refs):
         raise TypeError(f"record {record.get('id', '?')!r}: field 'reference' must be a string or a list of strings")
-    refs = [r.strip() for r in refs if r.strip()]
+    if strip:
+        refs = [r.strip() for r in refs if r.strip()]
     if not refs:
         raise ValueError(f"record {record.get('id', '?')!r}: field 'reference' is empty")
     return refs
+
+
+def _trigrams(text: str) -> set[str]:
+    text = " " + " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split()) + " "
+    return {text[i : i + 3] for i in range(len(text) - 2)}
+
+
+def closest_references(refs: list[str], candidate: str, k: int) -> list[str]:
+    """The `k` aliases the candidate covers best (share of an alias's character trigrams found in the candidate, so
+    an alias inside a long sentence scores 1), in their original order; ties keep the earlier alias. String work
+    only: with reference_mode='max' a record with 200 aliases costs `k` forward passes, not 200."""
+    if k <= 0 or len(refs) <= k:
+        return refs
+    cand = _trigrams(candidate)
+    cover = [len((g := _trigrams(r)) & cand) / max(1, len(g)) for r in refs]
+    best = sorted(range(len(refs)), key=lambda i: (-cover[i], i))[:k]
+    return [refs[i] for i in sorted(best)]
 
 
 def join_references(refs: list[str], config: OrcaConfig) -> str:
@@ -84,11 +110,11 @@ def input_fields(record: dict, config: OrcaConfig, reference: str | None = None)
     fields = {}
     for name in config.template_fields:
         if name == "reference":
-            fields[name] = reference if reference is not None else join_references(reference_list(record), config)
+            fields[name] = reference if reference is not None else join_references(reference_list(record, config.strip_fields), config)
         elif name == "question" and "question" not in record:
             raise ValueError(f"record {record.get('id', '?')!r}: missing field 'question'")
         else:
-            fields[name] = _text(record, name)
+            fields[name] = _text(record, name, config)
     return fields
 
 
@@ -107,9 +133,12 @@ def format_input(record: dict, config: OrcaConfig, reference: str | None = None)
 
 
 def input_variants(record: dict, config: OrcaConfig) -> list[dict[str, str]]:
-    """One input for reference_mode='join'; one per alias for 'max'."""
+    """One input for reference_mode='join'; one per alias for 'max' (the `max_scored_references` aliases closest to
+    the candidate when set)."""
     if config.reference_mode == "max" and "reference" in config.template_fields:
-        return [input_fields(record, config, ref) for ref in reference_list(record)]
+        refs = reference_list(record, config.strip_fields)
+        refs = closest_references(refs, _text(record, "candidate", config), config.max_scored_references)
+        return [input_fields(record, config, ref) for ref in refs]
     return [input_fields(record, config)]
 
 
@@ -179,7 +208,8 @@ def _truncate(fields: dict[str, str], tokenizer, config: OrcaConfig) -> list[int
             continue
         tokens = tokenizer(fields[name], add_special_tokens=False)["input_ids"]
         # a few tokens of slack: text re-tokenised at the cut may merge differently
-        fields[name] = tokenizer.decode(tokens[: max(0, len(tokens) - excess - 2)]).strip()
+        cut = tokenizer.decode(tokens[: max(0, len(tokens) - excess - 2)])
+        fields[name] = cut.strip() if config.strip_fields else cut
         ids = encode(fields)
     return ids[: config.max_length]  # only the labels alone can still exceed the budget
 
@@ -193,27 +223,59 @@ def _beta_params(logits: torch.Tensor, config: OrcaConfig) -> tuple[torch.Tensor
     return log_ab[..., 0].exp(), log_ab[..., 1].exp()
 
 
-def _beta_bin_probs(alpha: torch.Tensor, beta: torch.Tensor, num_bins: int) -> torch.Tensor:
-    """Beta mass of each of `num_bins` equal parts of [0, 1] (no autograd: scipy's regularised incomplete beta)."""
-    from scipy.special import betainc
+def betainc(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, max_terms: int = 4096) -> torch.Tensor:
+    """The regularised incomplete beta function I_x(a, b) (the Beta CDF), elementwise in float64, by its continued
+    fraction (modified Lentz; Numerical Recipes 6.4). torch has no betainc; this stays on the tensors' device. Not
+    differentiable. Up to `max_terms` terms: the fraction needs about sqrt(max(a, b)) of them near the mean of a
+    very concentrated Beta, a handful elsewhere; convergence is checked every 16 terms."""
+    dtype = torch.float32 if a.device.type == "mps" else torch.float64  # MPS has no float64
+    a, b, x = (t.detach().to(dtype) for t in torch.broadcast_tensors(a, b, x))
+    # the fraction converges fast for x < (a + 1) / (a + b + 2); beyond it, I_x(a, b) = 1 - I_{1-x}(b, a)
+    flip = x > (a + 1) / (a + b + 2)
+    a, b, x = torch.where(flip, b, a), torch.where(flip, a, b), torch.where(flip, 1 - x, x)
+    log_front = a * x.log() + b * torch.log1p(-x) + torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b) - a.log()
+    negligible = log_front < math.log(torch.finfo(dtype).tiny)  # x^a (1-x)^b / (a B(a, b)) underflows: I = 0
+    tiny = torch.finfo(dtype).tiny * 1e10
 
-    a = alpha.detach().double().cpu().numpy()[:, None]
-    b = beta.detach().double().cpu().numpy()[:, None]
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64).numpy()[None, 1:-1]
-    cdf = torch.from_numpy(betainc(a, b, edges))  # (B, num_bins - 1)
+    def nonzero(t):
+        return torch.where(t.abs() < tiny, tiny, t)
+
+    c = torch.ones_like(x)
+    d = 1 / nonzero(1 - (a + b) * x / (a + 1))
+    h = d
+    for m in range(1, max_terms + 1):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        for coef in (even, odd):
+            d = 1 / nonzero(1 + coef * d)
+            c = nonzero(1 + coef / c)
+            h = h * d * c
+        if m % 16 == 0 and bool((((d * c - 1).abs() < 4 * torch.finfo(dtype).eps) | negligible).all()):
+            break
+    value = torch.where(negligible, 0.0, log_front.exp() * h)
+    return torch.where(flip, 1 - value, value)
+
+
+def beta_bin_probs(alpha: torch.Tensor, beta: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """(B, num_bins) float32: the Beta(alpha, beta) mass of each of `num_bins` equal parts of [0, 1] (not
+    differentiable)."""
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64, device=alpha.device)[1:-1]  # (K - 1,)
+    cdf = betainc(alpha[:, None], beta[:, None], edges[None].to(alpha.device))  # (B, K - 1)
     cdf = torch.cat([torch.zeros_like(cdf[:, :1]), cdf, torch.ones_like(cdf[:, :1])], dim=1)
-    return cdf.diff(dim=1).clamp_min(0).to(device=alpha.device, dtype=torch.float32)
+    return cdf.diff(dim=1).clamp_min(0).float()
 
 
-def distribution_statistics(logits: torch.Tensor, config: OrcaConfig):
-    """(mean, variance, probs) on the rating scale; variance and probs are None for Bernoulli."""
-    lo, span, k = config.rating_min, config.rating_max - config.rating_min, config.num_ratings
+def distribution_statistics(logits: torch.Tensor, config: OrcaConfig, with_probs: bool = True):
+    """(mean, variance, probs) on the rating scale; variance and probs are None for Bernoulli, probs also for Beta
+    without `with_probs` (its bin masses take a numerical series: `forward` skips them while training)."""
+    lo, hi, k = config.rating_min, config.rating_max, config.num_ratings
+    span = hi - lo
     if config.score_type == "beta":
         alpha, beta = _beta_params(logits, config)
         total = alpha + beta
-        mean = lo + span * alpha / total
+        mean = unit_to_rating(alpha / total, lo, hi)
         variance = span**2 * alpha * beta / (total**2 * (total + 1))
-        return mean, variance, _beta_bin_probs(alpha, beta, k)
+        return mean, variance, beta_bin_probs(alpha, beta, k) if with_probs else None
     if config.score_type == "multinomial":
         probs = logits.float().softmax(-1)  # (B, K)
         values = torch.arange(lo, lo + k, device=logits.device, dtype=probs.dtype)
@@ -221,7 +283,7 @@ def distribution_statistics(logits: torch.Tensor, config: OrcaConfig):
         variance = (probs * (values - mean[:, None]) ** 2).sum(-1)
         return mean, variance, probs
     phi = torch.sigmoid(logits.float()[..., 0])
-    return lo + span * phi, None, None
+    return unit_to_rating(phi, lo, hi), None, None
 
 
 def check_ratings(ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
@@ -246,8 +308,8 @@ def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig)
     """Negative log-likelihood of each item's ratings, shape (B,): summed over its individual ratings
     (Beta, Multinomial); cross-entropy against the mean rating scaled to [0, 1] (Bernoulli)."""
     present = check_ratings(ratings, config)
-    lo, span = config.rating_min, config.rating_max - config.rating_min
-    scaled = (ratings.clamp(config.rating_min, config.rating_max) - lo).float() / span  # (B, R) in [0, 1]
+    clamped = ratings.clamp(config.rating_min, config.rating_max)
+    scaled = rating_to_unit(clamped.float(), config.rating_min, config.rating_max)  # (B, R) in [0, 1]
     if config.score_type == "beta":
         alpha, beta = _beta_params(logits, config)
         eps = config.beta_epsilon
@@ -257,7 +319,7 @@ def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig)
         return -(log_pdf * present).sum(-1)
     if config.score_type == "multinomial":
         log_probs = logits.float().log_softmax(-1)
-        index = (ratings.clamp(config.rating_min, config.rating_max) - lo).long()
+        index = (clamped - config.rating_min).long()
         return -(log_probs.gather(-1, index) * present).sum(-1)
     target = (scaled * present).sum(-1) / present.sum(-1)
     return F.binary_cross_entropy_with_logits(logits.float()[..., 0], target, reduction="none")
@@ -297,466 +359,13 @@ def clamp_scores(score01, variance, margin: float, threshold: float | None):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# CPU memory: glibc hands large freed blocks back to the kernel (munmap past its mmap threshold, trimming the top
-# of the heap past its trim threshold), so each layer's activations are written into freshly faulted, zeroed
-# pages. Scoring 1,000 answers with SmolLM2 in 4,096-token batches took 5.6M page faults and a fifth of its time
-# in the kernel (docs/performance.md). Keeping freed memory for reuse removes them: blocks up to 32 MiB (glibc's largest mmap
-# threshold) come from the heap, and up to 256 MiB of free heap is kept rather than trimmed.
-
-_MALLOC_MMAP_THRESHOLD = 32 << 20
-_MALLOC_TRIM_THRESHOLD = 256 << 20
-_malloc_tuned = False
-
-
-def tune_cpu_malloc() -> bool:
-    """Process-wide and once: make glibc's malloc keep freed memory for reuse (see above). `predict` calls it on
-    CPU; set the environment variable ORCA_TUNE_MALLOC=0 to leave malloc as it is. Returns whether the tuning is
-    in force (False where the C library is not glibc)."""
-    global _malloc_tuned
-    if _malloc_tuned or os.environ.get("ORCA_TUNE_MALLOC", "1") == "0":
-        return _malloc_tuned
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    _malloc_tuned = bool(mallopt(m_mmap_threshold, _MALLOC_MMAP_THRESHOLD) and mallopt(m_trim_threshold, _MALLOC_TRIM_THRESHOLD))
-    if _malloc_tuned:
-        logger.info("glibc malloc tuned for CPU scoring (ORCA_TUNE_MALLOC=0 to skip)")
-    return _malloc_tuned
-
-
-# Attention over prefix-tree rows (`predict` with prefix sharing, on CPU). A row's mask is lower triangular (a
-# node's ancestors come before it), but SDPA's CPU kernel computes every query-key pair under a mask, and
-# transformers repeats each key/value head for every query head it serves once a mask is given. Chunks of queries,
-# each against the keys up to its last query, skip most of the masked upper triangle (42 % fewer query-key pairs on
-# SmolLM2's rows of EVOUNA-NQ), and grouped-query attention in the kernel skips the copies: 1.2x faster attention
-# there (`benchmarks/bench_attention.py`).
-
-
-def tree_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, query_chunk=32, **kwargs):
-    """transformers' SDPA attention for a bool mask that is lower triangular with an offset (query i never sees
-    key j > i + offset, offset = cached keys = kv length - q length): each chunk of `query_chunk` queries runs
-    against the keys up to its last query only. Other calls go to transformers' `sdpa_attention_forward`."""
-    q_len, kv_len = query.shape[2], key.shape[2]
-    if (attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.dim() != 4 or dropout
-            or q_len <= query_chunk or kwargs.get("softcap") is not None or not getattr(module, "is_causal", False)):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    # query (B, Hq, T, D); key, value (B, Hkv, offset + T, D); attention_mask (B, 1 or Hq, T, offset + T)
-    offset = kv_len - q_len
-    out = query.new_empty(query.shape[0], q_len, query.shape[1], value.shape[-1])  # (B, T, Hq, D)
-    for start in range(0, q_len, query_chunk):
-        end = min(start + query_chunk, q_len)
-        out[:, start:end] = F.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, : offset + end], value[:, :, : offset + end],
-            attn_mask=attention_mask[:, :, start:end, : offset + end], scale=scaling,
-            enable_gqa=key.shape[1] != query.shape[1],
-        ).transpose(1, 2)  # fmt: skip
-    return out, None
-
-
-class _AtPositions(nn.Module):
-    """`inner`, a module that works on each position on its own, (B, T, H) -> (B, T, H), run at `positions`
-    (flat indices into B x T) only; zeros elsewhere."""
-
-    def __init__(self, inner: nn.Module, positions: torch.Tensor):
-        super().__init__()
-        self.inner = inner
-        self.positions = positions
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
-        out = torch.zeros_like(flat)
-        out[self.positions] = self.inner(flat[self.positions])
-        return out.view_as(hidden)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The model
-
-
-@dataclass
-class OrcaOutput(ModelOutput):
-    """
-    loss: mean over items of each item's negative log-likelihood (when `ratings` is given).
-    logits: raw head output, (B, 2) Beta (log alpha, log beta), (B, 5) Multinomial, (B, 1) Bernoulli.
-    mean, variance: predicted mean and variance of the ratings on the rating scale (variance None for Bernoulli).
-    probs: predicted probability of each rating (B, 5); for Beta the Beta mass of each fifth of [0, 1] (not
-        differentiable); None for Bernoulli.
-    """
-
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    mean: torch.FloatTensor | None = None
-    variance: torch.FloatTensor | None = None
-    probs: torch.FloatTensor | None = None
-
-
-class OrcaPreTrainedModel(PreTrainedModel):
-    config_class = OrcaConfig
-    base_model_prefix = "backbone"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-
-    def _init_weights(self, module):
-        # only the head: the backbone keeps its pre-trained weights (its own _init_weights covers a fresh one)
-        if isinstance(module, nn.Linear) and module is getattr(self, "score_head", None):
-            init.xavier_normal_(module.weight, gain=self.config.head_init_gain)
-            init.constant_(module.bias, self.config.head_init_bias)
-
-
-class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
-    def __init__(self, config: OrcaConfig, backbone: PreTrainedModel | None = None):
-        super().__init__(config)
-        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
-        hidden_size = self.backbone.config.get_text_config().hidden_size
-        self.score_head = nn.Linear(hidden_size, config.num_head_outputs)
-        params = inspect.signature(self.backbone.forward).parameters
-        self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
-        self._backbone_takes_position_ids = "position_ids" in params
-        # the key/value cache argument: `cache` from transformers 5.24 on, `past_key_values` before
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values" if "past_key_values" in params else None
-        self.post_init()
-
-    def get_input_embeddings(self):
-        return self.backbone.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.backbone.set_input_embeddings(value)
-
-    @classmethod
-    def from_backbone(cls, name_or_path, *, score_type: str = "multinomial", revision: str | None = None, dtype=None, **config_kwargs):
-        """An ORCA model on a pre-trained backbone's weights (head freshly initialised) and its tokenizer, with a
-        pad token set when the backbone has none. Returns `(model, tokenizer)`."""
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
-        if tokenizer.pad_token is None:
-            # padding positions are masked and never pooled, so any existing token will do
-            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-            if tokenizer.pad_token is None:
-                raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
-        backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
-        backbone.config.pad_token_id = tokenizer.pad_token_id
-        config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
-        model = cls(config, backbone=backbone)
-        if dtype is not None:
-            model.score_head.to(dtype)
-        return model, tokenizer
-
-    def pool_index(self, attention_mask: torch.Tensor) -> torch.Tensor | None:
-        """(B,) the position each row is pooled at ("last" or "first" real token; right or left padding), None for
-        mean pooling."""
-        if self.config.pooling == "mean":
-            return None
-        mask = attention_mask.bool()
-        positions = torch.arange(mask.shape[1], device=mask.device)
-        if self.config.pooling == "last":
-            return torch.where(mask, positions, -1).argmax(-1)  # last real token
-        return torch.where(mask, -positions, -mask.shape[1]).argmax(-1)  # first real token
-
-    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, H); works with right or left padding."""
-        index = self.pool_index(attention_mask)
-        if index is None:
-            mask = attention_mask.bool()
-            summed = hidden.masked_fill(~mask[..., None], 0).sum(1)  # masked_fill: padded rows may hold NaN
-            return summed / mask.sum(1, keepdim=True).clamp_min(1).to(hidden.dtype)
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        ratings: torch.LongTensor | None = None,
-        **kwargs,
-    ) -> OrcaOutput:
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        backbone_kwargs = dict(self._backbone_kwargs)
-        if self._backbone_takes_position_ids:
-            # positions count real tokens only, so left padding gives the same outputs as right padding
-            backbone_kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs, **kwargs)
-        pooled = self.pool(hidden.last_hidden_state, attention_mask)  # (B, H)
-        logits = self.score_head(pooled.to(self.score_head.weight.dtype))  # (B, num_head_outputs)
-        mean, variance, probs = distribution_statistics(logits, self.config)
-        loss = ratings_nll(logits, ratings, self.config).mean() if ratings is not None else None
-        return OrcaOutput(loss=loss, logits=logits, mean=mean, variance=variance, probs=probs)
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Scoring path shared by the CLI, the evaluation and the leaderboard
-
-    def format_input(self, record: dict, reference: str | None = None) -> str:
-        return format_input(record, self.config, reference)
-
-    def collate(self, token_ids: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-        """Right-padded batch tensors from token id lists, on the model's device."""
-        input_ids, attention_mask = pad_token_ids(token_ids, pad_token_id)
-        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
-
-    # default token budget of a batch on CPU: activations that stay in the last-level cache beat bigger matrix
-    # multiplies there (SmolLM2, 300 answers: 1,024-token batches 14 % faster than 4,096; docs/performance.md)
-    cpu_batch_tokens = 1024
-
-    # tokens of one row of prefix-shared scoring (a question's shared ids and some of its answers' ids): longer
-    # rows waste attention work (a token is scored against every earlier key of its row, masked or not, or on a GPU
-    # against all of the row's keys)
-    share_row_tokens = 512
-
-    # queries per chunk of the prefix-tree attention on CPU (`tree_attention_forward`); None: transformers' SDPA
-    tree_attention_queries: int | None = 32
-
-    # `predict` runs the last layer's MLP at the pooled positions only (nothing reads the others' final states)
-    prune_last_mlp = True
-
-    def prefix_sharing_supported(self) -> bool:
-        """Whether `predict` can compute an input's shared ids once for all inputs that start with them: exact for
-        a causal decoder pooled at the last token (the shared tokens never see what follows them), under an
-        attention implementation that takes a custom 4D mask (sdpa, eager). Encoders (BERT) and mean or cls
-        pooling are scored one input per row."""
-        if self.config.pooling != "last":
-            return False
-        if self.backbone.config._attn_implementation not in ("sdpa", "eager"):
-            return False
-        flags = [m.is_causal for m in self.backbone.modules() if isinstance(getattr(m, "is_causal", None), bool)]
-        return bool(flags) and all(flags)
-
-    def _row_limit(self) -> int:
-        # a 4D mask replaces the backbone's own masks, sliding-window ones included: rows within the window only
-        window = getattr(self.backbone.config.get_text_config(), "sliding_window", None)
-        return min(self.share_row_tokens, window) if window else self.share_row_tokens
-
-    def _score_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, progress) -> torch.Tensor:
-        """Logits of each input, one input per row: longest first, batches of up to `budget` tokens (padding
-        included) through `forward`."""
-        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
-        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
-        for idx in _token_batches(order, [len(t) for t in token_ids], budget):
-            batch = self.collate([token_ids[j] for j in idx], pad_id)
-            index = self.pool_index(batch["attention_mask"])
-            width = batch["input_ids"].shape[1]
-            positions = None if index is None else torch.arange(len(idx), device=index.device) * width + index
-            with self._last_mlp_at(positions):
-                out = self(**batch)
-            logits[idx] = out.logits.float().cpu()
-            progress(len(idx))
-        return logits
-
-    @contextlib.contextmanager
-    def _last_mlp_at(self, positions: torch.Tensor | None):
-        """While the context lasts, the backbone's last layer runs its MLP at `positions` (flat indices into the
-        batch's B x T) only: an MLP works on each position on its own, and the pooled positions' final states are
-        all that is read. Without `positions`, a `layers[-1].mlp` or with `prune_last_mlp` off: nothing changes."""
-        layers = getattr(self.backbone, "layers", None)
-        last = layers[-1] if isinstance(layers, nn.ModuleList) and len(layers) else None
-        mlp = getattr(last, "mlp", None)
-        if positions is None or not self.prune_last_mlp or not isinstance(mlp, nn.Module):
-            yield
-            return
-        last.mlp = _AtPositions(mlp, positions)
-        try:
-            yield
-        finally:
-            last.mlp = mlp
-
-    @contextlib.contextmanager
-    def _tree_attention(self):
-        """While the context lasts, an SDPA backbone on CPU attends through `tree_attention_forward`."""
-        config = self.backbone.config
-        if not self.tree_attention_queries or self.device.type != "cpu" or config._attn_implementation != "sdpa":
-            yield
-            return
-        name = f"orca_tree_sdpa_{self.tree_attention_queries}"
-        if name not in ALL_ATTENTION_FUNCTIONS:
-            ALL_ATTENTION_FUNCTIONS.register(name, functools.partial(tree_attention_forward, query_chunk=self.tree_attention_queries))
-        config._attn_implementation = name
-        try:
-            yield
-        finally:
-            config._attn_implementation = "sdpa"
-
-    def _prefix_cache(self, prefix: list[int]):
-        """The backbone's key/value cache of `prefix` (batch 1), or None without a prefix or a cache argument."""
-        if not prefix or self._cache_kwarg is None:
-            return None
-        with self._last_mlp_at(torch.zeros(0, dtype=torch.long, device=self.device)):  # only its keys and values are read
-            out = self.backbone(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
-        return out.cache if self._cache_kwarg == "cache" else out.past_key_values
-
-    def _score_shared(self, rows: list[_PrefixTree], n: int, pad_id: int, budget: int, progress, prefix: list[int]) -> torch.Tensor:
-        """Logits of inputs given as prefix trees, one tree per batch row: every distinct prefix of the inputs of a
-        tree is one token of the row, attending to itself and its ancestors (a tree-shaped causal mask, position =
-        depth), and each input is pooled at its last token's node. Equal to scoring every input on its own row:
-        in a causal decoder a token's hidden states depend on its prefix only. `prefix`, the first tokens of every
-        input (the template's start, common to all questions), is computed once: each row starts after it and
-        attends to its cached keys and values."""
-        logits = torch.empty((n, self.config.num_head_outputs), dtype=torch.float32)
-        cache = self._prefix_cache(prefix)
-        skip = len(prefix) if cache is not None else 0  # every tree's first `skip` nodes are the prefix's tokens
-        lengths = [len(r.tokens) - skip for r in rows]
-        order = sorted(range(len(rows)), key=lambda u: -lengths[u])
-        eager = self.backbone.config._attn_implementation == "eager"
-        with self._tree_attention():
-            for batch in _token_batches(order, lengths, budget):
-                width = max(lengths[u] for u in batch)
-                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-                position_ids = torch.zeros((len(batch), width), dtype=torch.long)
-                mask = torch.ones((len(batch), width, skip + width), dtype=torch.bool)  # (B, T, prefix + T)
-                mask[:, :, skip:] = torch.eye(width, dtype=torch.bool)  # padding sees itself: no NaN
-                ends, targets = [], []  # flat position (b * T + node) of each input's last token, its input index
-                for b, u in enumerate(batch):
-                    row = rows[u]
-                    size = lengths[u]
-                    input_ids[b, :size] = torch.tensor(row.tokens[skip:], dtype=torch.long)
-                    position_ids[b, :size] = torch.tensor(row.depth[skip:], dtype=torch.long)
-                    mask[b, :size, skip : skip + size] = torch.from_numpy(row.ancestors()[skip:, skip:])
-                    for j, node in row.ends:
-                        ends.append(b * width + node - skip)
-                        targets.append(j)
-                mask = mask[:, None]  # (B, 1, T, prefix + T)
-                if eager:
-                    mask = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
-                kwargs = dict(self._backbone_kwargs)
-                if cache is not None:
-                    kwargs[self._cache_kwarg] = past = copy.deepcopy(cache)  # the forward appends to its cache
-                    past.batch_repeat_interleave(len(batch))
-                ends = torch.tensor(ends, device=self.device)
-                with self._last_mlp_at(ends):
-                    hidden = self.backbone(
-                        input_ids=input_ids.to(self.device),
-                        attention_mask=mask.to(self.device),
-                        position_ids=position_ids.to(self.device),
-                        **kwargs,
-                    ).last_hidden_state  # (B, T, H)
-                pooled = hidden.reshape(-1, hidden.shape[-1])[ends]  # (inputs, H)
-                logits[targets] = self.score_head(pooled.to(self.score_head.weight.dtype)).float().cpu()
-                progress(len(targets))
-        return logits
-
-    @torch.inference_mode()
-    def predict(
-        self,
-        records: list[dict],
-        tokenizer,
-        batch_size: int = 16,
-        show_progress: bool = False,
-        clamp_threshold: float | None = None,
-        *,
-        share_prefix: bool | None = None,
-        max_batch_tokens: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
-        `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
-        `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
-        each alias is one input and the alias giving the highest mean wins.
-
-        Inputs are tokenised once; identical inputs are scored once. Batches hold up to `max_batch_tokens` tokens
-        (default `batch_size * 256`, at most `cpu_batch_tokens` on CPU), longest inputs first. On CPU it first
-        calls `tune_cpu_malloc`. With `share_prefix` (default: the config's
-        `share_prefix`) and a causal decoder pooled at the last token, the ids shared by all answers to one
-        question (the fields before the candidate) are computed once per question and batch row (exact: see
-        `prefix_sharing_supported`); inputs cut to `max_length` are scored on their own. Those rows attend in
-        chunks of `tree_attention_queries` queries on CPU (`tree_attention_forward`). With `prune_last_mlp`, the
-        backbone's last layer runs its MLP at the pooled positions only."""
-        was_training = self.training
-        self.eval()
-        records = list(records)
-        variants, owner = [], []
-        for i, record in enumerate(records):
-            for fields in input_variants(record, self.config):
-                variants.append(fields)
-                owner.append(i)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        budget = max_batch_tokens if max_batch_tokens is not None else max(1, batch_size) * 256
-        if self.device.type == "cpu":
-            tune_cpu_malloc()
-            if max_batch_tokens is None:
-                budget = min(budget, self.cpu_batch_tokens)
-        share = self.config.share_prefix if share_prefix is None else share_prefix
-        share = share and self.prefix_sharing_supported()
-
-        # distinct inputs: (shared ids or None when cut to max_length, item ids)
-        inputs: dict[tuple, int] = {}
-        which = []
-        for fields, (shared, item) in zip(variants, encode_segments(variants, tokenizer, self.config)):
-            if len(shared) + len(item) > self.config.max_length:
-                key = (None, tuple(_truncate(dict(fields), tokenizer, self.config)))
-            else:
-                key = (tuple(shared), tuple(item))
-            which.append(inputs.setdefault(key, len(inputs)))
-        keys = list(inputs)
-
-        bar = None
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(keys), desc="scoring", unit="input")
-
-        def progress(k):
-            if bar is not None:
-                bar.update(k)
-
-        if share:
-            limit = self._row_limit()
-            groups: dict[tuple, list[int]] = {}
-            plain = []
-            for u, (shared, item) in enumerate(keys):
-                if shared is None or len(shared) + len(item) > limit:
-                    plain.append(u)
-                else:
-                    groups.setdefault(shared, []).append(u)
-            units = []
-            for shared, members in groups.items():
-                tree = _PrefixTree()
-                for u in sorted(members, key=lambda u: keys[u][1]):  # similar answers share more tokens
-                    ids = shared + keys[u][1]
-                    if tree.ends and len(tree.tokens) + tree.new_nodes(ids) > limit:
-                        units.append(tree)  # a question's answers over rows of at most `limit` tokens
-                        tree = _PrefixTree()
-                    tree.add(u, ids)
-                units.append(tree)
-            # the first tokens of every shared input (the template's start), short of each input's last token
-            inputs = [keys[u][0] + keys[u][1] for members in groups.values() for u in members]
-            common = list(os.path.commonprefix(inputs)[: min(map(len, inputs)) - 1]) if inputs else []
-            logits = self._score_shared(units, len(keys), pad_id, budget, progress, common)
-            if plain:
-                plain_ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
-                logits[plain] = self._score_plain(plain_ids, pad_id, budget, progress)
-        else:
-            token_ids = [list(item) if shared is None else list(shared + item) for shared, item in keys]
-            logits = self._score_plain(token_ids, pad_id, budget, progress)
-        if bar is not None:
-            bar.close()
-        self.train(was_training)
-        logits = logits[torch.tensor(which, dtype=torch.long)]
-
-        # per record: the variant with the highest predicted mean
-        mean, variance, probs = distribution_statistics(logits, self.config)
-        best: dict[int, int] = {}
-        for j, i in enumerate(owner):
-            if i not in best or mean[j] > mean[best[i]]:
-                best[i] = j
-        threshold = clamp_threshold
-        if threshold is None and self.config.clamp:
-            threshold = self.config.clamp_variance_threshold
-        span = self.config.rating_max - self.config.rating_min
-        results = []
-        for i, record in enumerate(records):
-            j = best[i]
-            result = {
-                "mean": float(mean[j]),
-                "variance": None if variance is None else float(variance[j]),
-                "probs": None if probs is None else [float(p) for p in probs[j]],
-            }
-            score = (result["mean"] - self.config.rating_min) / span
-            result["score"] = clamp_scores(score, result["variance"], self.config.clamp_margin, threshold)
-            if record.get("ratings"):
-                result["nll"] = float(ratings_nll(logits[j : j + 1], pad_ratings([record["ratings"]]), self.config)[0])
-            results.append(result)
-        return results
+# Prefix-tree rows: the answers to one question share their first tokens (question, reference, rationale). In a
+# causal decoder a token's hidden states depend on its prefix only, so inputs can be laid out as a trie in one
+# batch row, each distinct prefix once: a token attends to itself and its ancestors (a tree-shaped causal mask),
+# its position is its depth, and each input is pooled at its last token's node. Scoring (`predict`) and training
+# (`pack_prefix_tree` + `forward`) use this one layout. Exact up to float rounding, for gradients too: a shared
+# token's gradient is the sum of what each answer sends it. With dropout on, a shared token gets one dropout mask
+# for all the answers that share it instead of one each: the same distribution, not the same numbers.
 
 
 class _PrefixTree:
@@ -791,10 +400,8 @@ class _PrefixTree:
             node = child
         self.ends.append((index, node))
 
-    def ancestors(self):
+    def ancestors(self) -> np.ndarray:
         """(n, n) bool: node i may attend to node j (j is i or one of its ancestors)."""
-        import numpy as np
-
         n = len(self.tokens)
         out = np.zeros((n, n), dtype=bool)
         for i, p in enumerate(self.parent):
@@ -802,6 +409,60 @@ class _PrefixTree:
                 out[i] = out[p]
             out[i, i] = True
         return out
+
+
+def _prefix_tree_rows(token_ids: list[list[int]], groups=None, max_row_tokens: int | None = None) -> list[_PrefixTree]:
+    """The inputs as prefix trees, one per row. Inputs with equal `groups` keys (all, without `groups`) share a
+    trie, in sorted order so that similar inputs are neighbours; a row is closed when the next input's new tokens
+    would take it past `max_row_tokens`."""
+    members: dict[Any, list[int]] = {}
+    for i, ids in enumerate(token_ids):
+        if not ids:
+            raise ValueError(f"input {i} has no tokens")
+        members.setdefault(None if groups is None else groups[i], []).append(i)
+    rows = []
+    for group in members.values():
+        tree = _PrefixTree()
+        for i in sorted(group, key=lambda i: token_ids[i]):
+            if max_row_tokens and tree.ends and len(tree.tokens) + tree.new_nodes(token_ids[i]) > max_row_tokens:
+                rows.append(tree)
+                tree = _PrefixTree()
+            tree.add(i, token_ids[i])
+        rows.append(tree)
+    return rows
+
+
+def _pack_rows(rows: list[_PrefixTree], pad_token_id: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+    """Batch tensors of prefix-tree rows (see `pack_prefix_tree`) and the input index of each `pool_index` row."""
+    width = max(len(r.tokens) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)  # (R, L, L); padding sees itself: no NaN
+    pool, inputs = [], []
+    for r, row in enumerate(rows):
+        n = len(row.tokens)
+        input_ids[r, :n] = torch.tensor(row.tokens, dtype=torch.long)
+        position_ids[r, :n] = torch.tensor(row.depth, dtype=torch.long)
+        mask[r, :n, :n] = torch.from_numpy(row.ancestors())
+        for i, node in row.ends:
+            pool.append((r, node))
+            inputs.append(i)
+    packed = dict(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids,
+                  pool_index=torch.tensor(pool, dtype=torch.long))  # fmt: skip
+    return packed, inputs
+
+
+def pack_prefix_tree(token_ids: list[list[int]], pad_token_id: int, *, groups=None, max_row_tokens: int | None = None) -> dict[str, torch.Tensor]:
+    """Inputs (token id lists) as prefix-tree rows, for `forward` (training) as `predict` lays them out:
+    `input_ids` (R, L), `attention_mask` (R, 1, L, L) bool (True: may attend), `position_ids` (R, L) (the depth
+    in the trie) and `pool_index` (N, 2) long: (row, position) of each input's last token, in input order.
+    `groups`: one hashable key per input (e.g. its question); inputs share rows only with inputs of the same key
+    (all inputs share, without it). `max_row_tokens`: start a new row rather than pass this many tokens."""
+    rows = _prefix_tree_rows(token_ids, groups, max_row_tokens)
+    packed, inputs = _pack_rows(rows, pad_token_id)
+    pool_index = torch.empty_like(packed["pool_index"])
+    pool_index[torch.tensor(inputs, dtype=torch.long)] = packed["pool_index"]
+    return dict(packed, pool_index=pool_index)
 
 
 def _token_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -818,28 +479,383 @@ def _token_batches(order: list[int], lengths: list[int], budget: int) -> list[li
     return batches
 
 
-def _register() -> None:
-    OrcaConfig.register_for_auto_class()
-    OrcaForCorrectnessDistribution.register_for_auto_class("AutoModel")
-    # in-process registration so `AutoModel.from_pretrained(folder)` also works without trust_remote_code
-    try:
-        AutoConfig.register("orca", OrcaConfig)
-        AutoModel.register(OrcaConfig, OrcaForCorrectnessDistribution)
-    except ValueError:
-        pass  # already registered (the repository module and a Hub snapshot of it in one process)
+# ----------------------------------------------------------------------------------------------------------------
+# The model
 
 
-_register()
+@dataclass
+class OrcaOutput(ModelOutput):
+    """
+    loss: mean over inputs of each input's negative log-likelihood (when `ratings` is given).
+    logits: raw head output, (N, 2) Beta (log alpha, log beta), (N, 5) Multinomial, (N, 1) Bernoulli.
+    mean, variance: predicted mean and variance of the ratings on the rating scale (variance None for Bernoulli).
+    probs: predicted probability of each rating (N, 5); for Beta the Beta mass of each fifth of [0, 1] (not
+        differentiable, and None in training mode); None for Bernoulli.
+    hidden_states, attentions: the backbone's, when `output_hidden_states` / `output_attentions` are asked.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    mean: torch.FloatTensor | None = None
+    variance: torch.FloatTensor | None = None
+    probs: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+class OrcaPreTrainedModel(PreTrainedModel):
+    config_class = OrcaConfig
+    base_model_prefix = "backbone"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module):
+        # only the head: the backbone keeps its pre-trained weights (its own _init_weights covers a fresh one)
+        if isinstance(module, nn.Linear) and module is getattr(self, "score_head", None):
+            init.xavier_normal_(module.weight, gain=self.config.head_init_gain)
+            init.constant_(module.bias, self.config.head_init_bias)
+
+
+class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
+    # default token budget of a batch on CPU: activations that stay in the last-level cache beat bigger matrix
+    # multiplies there (SmolLM2, 300 answers: 1,024-token batches 14 % faster than 4,096; docs/performance.md)
+    cpu_batch_tokens = 1024
+
+    # tokens of one prefix-tree row in `predict` (a question's shared ids and some of its answers' ids): every
+    # token of a row is scored against all of the row's keys, masked or not, so longer rows waste attention work
+    share_row_tokens = 512
+
+    def __init__(self, config: OrcaConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        hidden_size = self.backbone.config.get_text_config().hidden_size
+        self.score_head = nn.Linear(hidden_size, config.num_head_outputs)
+        params = inspect.signature(self.backbone.forward).parameters
+        self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
+        self._backbone_takes_position_ids = "position_ids" in params
+        # saved with the config: `pipeline(PIPELINE_TASK, model=folder, trust_remote_code=True)` finds its class here
+        config.custom_pipelines = {PIPELINE_TASK: {"impl": "modeling_orca.OrcaScoringPipeline", "pt": ["AutoModel"], "type": "text"}}
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone.set_input_embeddings(value)
+
+    @classmethod
+    def from_backbone(cls, name_or_path, *, score_type: str = "multinomial", revision: str | None = None, dtype=None, **config_kwargs):
+        """An ORCA model on a pre-trained backbone's weights (head freshly initialised) and its tokenizer, with a
+        pad token set when the backbone has none. Returns `(model, tokenizer)`."""
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+        if tokenizer.pad_token is None:
+            # padding positions are masked and never pooled, so any existing token will do
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+            if tokenizer.pad_token is None:
+                raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
+        backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
+        backbone.config.pad_token_id = tokenizer.pad_token_id
+        config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
+        model = cls(config, backbone=backbone)
+        if dtype is not None:
+            model.score_head.to(dtype)
+        return model, tokenizer
+
+    @property
+    def prefix_sharing_supported(self) -> bool:
+        """Whether inputs may share a prefix-tree row (`pack_prefix_tree`; `predict` does it by itself): exact
+        for a causal decoder pooled at the last token (the shared tokens never see what follows them), under an
+        attention implementation that takes a custom 4D mask (sdpa, eager). Encoders (BERT) and mean or cls
+        pooling are scored one input per row."""
+        if self.config.pooling != "last":
+            return False
+        if self.backbone.config._attn_implementation not in ("sdpa", "eager"):
+            return False
+        flags = [m.is_causal for m in self.backbone.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+        return bool(flags) and all(flags)
+
+    def pool_index(self, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """(B,) the position each row is pooled at ("last" or "first" real token; right or left padding), None for
+        mean pooling."""
+        if self.config.pooling == "mean":
+            return None
+        mask = attention_mask.bool()
+        positions = torch.arange(mask.shape[1], device=mask.device)
+        if self.config.pooling == "last":
+            return torch.where(mask, positions, -1).argmax(-1)  # last real token
+        return torch.where(mask, -positions, -mask.shape[1]).argmax(-1)  # first real token
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, H); works with right or left padding."""
+        index = self.pool_index(attention_mask)
+        if index is None:
+            mask = attention_mask.bool()
+            summed = hidden.masked_fill(~mask[..., None], 0).sum(1)  # masked_fill: padded rows may hold NaN
+            return summed / mask.sum(1, keepdim=True).clamp_min(1).to(hidden.dtype)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
+
+    def _tree_mask(self, mask: torch.Tensor, position_ids: torch.Tensor):
+        """The backbone's attention mask for prefix-tree rows: `mask` (R, 1, L, L) bool, as a 4D mask (boolean for
+        sdpa, additive for eager), which transformers passes to every layer as it is. A sliding window (Gemma 2/3,
+        Mistral, Qwen2) is applied here, on positions: per layer type where the backbone has layer types."""
+        config = self.backbone.config.get_text_config()
+        window = getattr(config, "sliding_window", None)
+        layer_types = getattr(config, "layer_types", None) or []
+        masks = {"full_attention": mask}
+        if window:
+            near = position_ids[:, None, :, None] - position_ids[:, None, None, :] < window  # (R, 1, L, L)
+            masks["sliding_attention"] = mask & near
+        if self.backbone.config._attn_implementation == "eager":  # eager attention adds its mask to the scores
+            dtype = self.backbone.dtype
+            masks = {k: torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min) for k, m in masks.items()}
+        if window and "sliding_attention" in layer_types:
+            return masks  # one mask per layer type (Gemma 2/3, Qwen2)
+        return masks["sliding_attention" if window and not layer_types else "full_attention"]  # all slide (Mistral) or none
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        pool_index: torch.LongTensor | None = None,
+        ratings: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> OrcaOutput:
+        """Padded rows (`attention_mask` (B, T)), one input each: pooled as `config.pooling` says. Or prefix-tree
+        rows from `pack_prefix_tree` (`attention_mask` (R, 1, L, L) bool, `position_ids`, `pool_index` (N, 2)): N
+        inputs pooled at `pool_index`, in its order; outputs and loss equal those of one row per input.
+        `ratings` (N, max ratings), padded with RATING_PAD, gives the loss."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        backbone_kwargs = dict(self._backbone_kwargs, **kwargs)
+        if output_hidden_states is not None:
+            backbone_kwargs["output_hidden_states"] = output_hidden_states
+        if output_attentions is not None:
+            backbone_kwargs["output_attentions"] = output_attentions
+        if attention_mask.dim() == 4:
+            if position_ids is None or pool_index is None:
+                raise ValueError("a 4D (prefix-tree) attention_mask needs position_ids and pool_index: see pack_prefix_tree")
+            if not self.prefix_sharing_supported:
+                raise ValueError(
+                    f"prefix-tree rows need a causal decoder pooled at the last token with sdpa or eager attention; "
+                    f"this model: pooling={self.config.pooling!r}, attention {self.backbone.config._attn_implementation!r}"
+                )
+            backbone_mask = self._tree_mask(attention_mask.bool(), position_ids)
+        else:
+            backbone_mask = attention_mask
+            if position_ids is None and self._backbone_takes_position_ids:
+                # positions count real tokens only, so left padding gives the same outputs as right padding
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        if position_ids is not None:
+            backbone_kwargs["position_ids"] = position_ids
+        out = self.backbone(input_ids=input_ids, attention_mask=backbone_mask, **backbone_kwargs)
+        hidden = out.last_hidden_state  # (B, T, H)
+        if pool_index is not None:
+            pooled = hidden[pool_index[:, 0], pool_index[:, 1]]  # (N, H)
+        else:
+            pooled = self.pool(hidden, attention_mask)  # (B, H)
+        logits = self.score_head(pooled.to(self.score_head.weight.dtype))  # (N, num_head_outputs)
+        mean, variance, probs = distribution_statistics(logits, self.config, with_probs=not self.training)
+        loss = ratings_nll(logits, ratings, self.config).mean() if ratings is not None else None
+        return OrcaOutput(loss=loss, logits=logits, mean=mean, variance=variance, probs=probs,
+                          hidden_states=getattr(out, "hidden_states", None), attentions=getattr(out, "attentions", None))  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Scoring: the one path of the CLI, the evaluation, the leaderboard and the pipeline
+
+    def format_input(self, record: dict, reference: str | None = None) -> str:
+        return format_input(record, self.config, reference)
+
+    def collate(self, token_ids: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
+        """Right-padded batch tensors from token id lists, on the model's device."""
+        input_ids, attention_mask = pad_token_ids(token_ids, pad_token_id)
+        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+
+    def _score_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, progress) -> torch.Tensor:
+        """Logits of each input, one input per row: longest first, batches of up to `budget` tokens (padding
+        included)."""
+        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
+        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
+        for idx in _token_batches(order, [len(t) for t in token_ids], budget):
+            logits[idx] = self(**self.collate([token_ids[j] for j in idx], pad_id)).logits.float().cpu()
+            progress(len(idx))
+        return logits
+
+    def _score_shared(self, token_ids: list[list[int]], groups: list, pad_id: int, budget: int, progress) -> torch.Tensor:
+        """Logits of each input, inputs of one group (the same ids before the candidate) sharing prefix-tree rows
+        of at most `share_row_tokens` tokens: longest rows first, batches of up to `budget` tokens."""
+        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
+        rows = _prefix_tree_rows(token_ids, groups, self.share_row_tokens)
+        lengths = [len(r.tokens) for r in rows]
+        for batch in _token_batches(sorted(range(len(rows)), key=lambda r: -lengths[r]), lengths, budget):
+            packed, inputs = _pack_rows([rows[r] for r in batch], pad_id)
+            logits[inputs] = self(**{k: v.to(self.device) for k, v in packed.items()}).logits.float().cpu()
+            progress(len(inputs))
+        return logits
+
+    @torch.inference_mode()
+    def predict(
+        self,
+        records: list[dict],
+        tokenizer,
+        batch_size: int = 16,
+        show_progress: bool = False,
+        clamp_threshold: float | None = None,
+        *,
+        share_prefix: bool | None = None,
+        max_batch_tokens: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
+        `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
+        `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
+        each alias is one input and the alias giving the highest mean wins.
+
+        Inputs are tokenised once; identical inputs are scored once. Batches hold up to `max_batch_tokens` tokens
+        (default `batch_size * 256`, at most `cpu_batch_tokens` on CPU), longest inputs first. With `share_prefix`
+        (default: the config's `share_prefix`) and `prefix_sharing_supported`, the answers to one question share
+        prefix-tree rows (exact: see `pack_prefix_tree`); inputs cut to `max_length` are scored on their own. The
+        model is left as it was: same weights, config and train/eval mode of every module, also after an error."""
+        records = list(records)
+        modes = [(m, m.training) for m in self.modules()]
+        self.eval()
+        try:
+            logits, owner = self._predict_logits(records, tokenizer, batch_size, show_progress, share_prefix, max_batch_tokens)
+        finally:
+            for module, training in modes:
+                module.training = training
+
+        # per record: the variant with the highest predicted mean
+        mean, variance, probs = distribution_statistics(logits, self.config)
+        best: dict[int, int] = {}
+        for j, i in enumerate(owner):
+            if i not in best or mean[j] > mean[best[i]]:
+                best[i] = j
+        threshold = clamp_threshold
+        if threshold is None and self.config.clamp:
+            threshold = self.config.clamp_variance_threshold
+        results = []
+        for i, record in enumerate(records):
+            j = best[i]
+            result = {
+                "mean": float(mean[j]),
+                "variance": None if variance is None else float(variance[j]),
+                "probs": None if probs is None else [float(p) for p in probs[j]],
+            }
+            score = rating_to_unit(result["mean"], self.config.rating_min, self.config.rating_max)
+            result["score"] = clamp_scores(score, result["variance"], self.config.clamp_margin, threshold)
+            if record.get("ratings"):
+                result["nll"] = float(ratings_nll(logits[j : j + 1], pad_ratings([record["ratings"]]), self.config)[0])
+            results.append(result)
+        return results
+
+    def _predict_logits(self, records, tokenizer, batch_size, show_progress, share_prefix, max_batch_tokens):
+        """(logits of each input variant, the record of each variant)."""
+        variants, owner = [], []
+        for i, record in enumerate(records):
+            for fields in input_variants(record, self.config):
+                variants.append(fields)
+                owner.append(i)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        budget = max_batch_tokens if max_batch_tokens is not None else max(1, batch_size) * 256
+        if self.device.type == "cpu" and max_batch_tokens is None:
+            budget = min(budget, self.cpu_batch_tokens)
+        share = self.config.share_prefix if share_prefix is None else share_prefix
+        share = share and self.prefix_sharing_supported
+
+        # distinct inputs: (shared ids, or None when cut to max_length, item ids)
+        inputs: dict[tuple, int] = {}
+        which = []
+        for fields, (shared, item) in zip(variants, encode_segments(variants, tokenizer, self.config)):
+            if len(shared) + len(item) > self.config.max_length:
+                key = (None, tuple(_truncate(dict(fields), tokenizer, self.config)))
+            else:
+                key = (tuple(shared), tuple(item))
+            which.append(inputs.setdefault(key, len(inputs)))
+        keys = list(inputs)
+
+        bar = None
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(keys), desc="scoring", unit="input")
+
+        def progress(k):
+            if bar is not None:
+                bar.update(k)
+
+        logits = torch.empty((len(keys), self.config.num_head_outputs), dtype=torch.float32)
+        tree = [u for u, (shared, item) in enumerate(keys) if share and shared is not None and len(shared) + len(item) <= self.share_row_tokens]
+        plain = sorted(set(range(len(keys))) - set(tree))
+        if tree:
+            logits[tree] = self._score_shared([list(keys[u][0] + keys[u][1]) for u in tree], [keys[u][0] for u in tree], pad_id, budget, progress)
+        if plain:
+            ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
+            logits[plain] = self._score_plain(ids, pad_id, budget, progress)
+        if bar is not None:
+            bar.close()
+        return logits[torch.tensor(which, dtype=torch.long)], owner
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# pipeline(): `pipeline("orca-scoring", model=folder_or_repo, trust_remote_code=True)(records)` returns what
+# `predict` returns (a saved config names this class under `custom_pipelines`)
+
+
+class OrcaScoringPipeline(Pipeline):
+    """Scores one record (a dict: question, reference, candidate, optional rationale / transcript / ratings) or a
+    list of them with `model.predict`; keyword arguments (batch_size, share_prefix, max_batch_tokens,
+    clamp_threshold, show_progress) go to `predict`."""
+
+    _load_tokenizer = True
+
+    def _sanitize_parameters(self, **kwargs):
+        return {}, kwargs, {}
+
+    def __call__(self, records, **kwargs):
+        single = isinstance(records, dict)
+        records = [records] if single else list(records)
+        params = {**self._forward_params, **kwargs}
+        if params.get("batch_size") is None and self._batch_size is not None:
+            params["batch_size"] = self._batch_size
+        results = self.model.predict(records, self.tokenizer, **{k: v for k, v in params.items() if v is not None})
+        return results[0] if single else results
+
+    # the steps of a transformers pipeline, for callers that drive them one by one: the same `predict`
+    def preprocess(self, record, **kwargs):
+        return {"record": record}
+
+    def _forward(self, model_inputs, **kwargs):
+        return self.model.predict([model_inputs["record"]], self.tokenizer, **kwargs)[0]
+
+    def postprocess(self, model_outputs, **kwargs):
+        return model_outputs
+
+
+# `save_pretrained` writes `auto_map` so `AutoModel.from_pretrained(folder, trust_remote_code=True)` finds these
+# classes; this only sets class attributes (nothing global is registered)
+OrcaConfig.register_for_auto_class()
+OrcaForCorrectnessDistribution.register_for_auto_class("AutoModel")
 
 __all__ = [
     "OrcaForCorrectnessDistribution",
     "OrcaOutput",
     "OrcaPreTrainedModel",
+    "OrcaScoringPipeline",
+    "PIPELINE_TASK",
     "RATING_PAD",
+    "betainc",
     "distribution_statistics",
     "format_input",
+    "pack_prefix_tree",
     "pad_ratings",
     "pad_token_ids",
+    "rating_to_unit",
     "ratings_nll",
-    "tune_cpu_malloc",
+    "unit_to_rating",
 ]

@@ -27,6 +27,8 @@ from pathlib import Path
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
+from dataset_builder.export import CITATION, REPO_ID_PLACEHOLDER
+
 try:  # the HTTP client of huggingface_hub >= 2 (httpx before)
     from httpx2 import TransportError
 except ImportError:  # pragma: no cover
@@ -34,13 +36,6 @@ except ImportError:  # pragma: no cover
 
 REPO = Path(__file__).resolve().parent
 METRIC_DIR = REPO / "eval_suite" / "orca_metric"
-
-CITATION = r"""@article{sedlacek2025orca,
-  title   = {{ORCA}: Open-ended Response Correctness Assessment for Audio Question Answering},
-  author  = {Sedl{\'a}{\v{c}}ek, {\v{S}}imon and Barahona, Sara and Yusuf, Bolaji and others},
-  journal = {arXiv preprint arXiv:2512.09066},
-  year    = {2025}
-}"""
 
 # Scored before and after every save/convert: an alias list, an empty rationale, a wrong and a right answer.
 CHECK_RECORDS = [
@@ -128,7 +123,7 @@ def load_checkpoint(checkpoint: Path):
     if not config_file.exists() or json.loads(config_file.read_text()).get("model_type") != "orca":
         raise PublishError(f"{checkpoint} is not an ORCA model folder (no config.json with model_type 'orca')")
     model = OrcaForCorrectnessDistribution.from_pretrained(checkpoint).eval()
-    return model, AutoTokenizer.from_pretrained(checkpoint)
+    return model, AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True)
 
 
 def find_metrics(checkpoint: Path, given: str | None) -> dict | None:
@@ -153,12 +148,44 @@ def hub_base_model(metrics: dict | None, given: str | None) -> str | None:
     return KNOWN_BACKBONES.get(name, name if name.count("/") == 1 else None)
 
 
+# Hub licence ids of base models, by a part of their Hub id (first match wins). An ORCA model is a derivative of
+# its base model, so its card carries the base model's licence.
+BASE_MODEL_LICENCES = (
+    ("llama-3.3", "llama3.3"), ("llama-3.2", "llama3.2"), ("llama-3.1", "llama3.1"), ("llama-3", "llama3"),
+    ("llama-2", "llama2"), ("gemma", "gemma"), ("smollm", "apache-2.0"), ("all-minilm", "apache-2.0"),
+    ("olmo", "apache-2.0"),
+)
+
+
+def model_licence(base_model: str | None, backbone_type: str, given: str | None) -> str:
+    """The card's licence: --license when given, else the base model's; refuses to guess for an unknown base."""
+    if given:
+        return given
+    name = (base_model or "").lower()
+    for part, licence in BASE_MODEL_LICENCES:
+        if part in name:
+            return licence
+    if backbone_type.startswith("gemma"):
+        return "gemma"
+    raise PublishError(f"cannot tell the licence of the base model ({base_model or 'unknown: pass --base-model'}, "
+                       f"{backbone_type}): pass --license with its Hub licence id (e.g. apache-2.0, llama3.2, gemma)")
+
+
+def min_transformers_version() -> str:
+    """The lowest transformers version this package supports (its pyproject.toml requirement)."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(d for d in deps if d.replace(" ", "").startswith("transformers"))
+    return spec.replace(" ", "")[len("transformers"):]
+
+
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def model_card(config, metrics: dict | None, *, repo_id: str, revision: str | None, base_model: str | None,
-               dataset_id: str | None) -> ModelCard:
+               dataset_id: str | None, licence: str | None = None) -> ModelCard:
     run = (metrics or {}).get("config") or {}
     stages = run.get("stages", {})
     done = (metrics or {}).get("stages", {})
@@ -166,19 +193,21 @@ def model_card(config, metrics: dict | None, *, repo_id: str, revision: str | No
     eval_dataset = (stages.get(last_stage, {}).get("dataset") or last_stage) if last_stage else None
     test = (metrics or {}).get("test", {})
 
-    # the model's own test metrics as structured results (the baselines only go into the table)
+    # the model's own test metrics as structured results (the baselines only go into the table); the Hub's
+    # model-index needs the Hub id of the dataset they were measured on
     names = {"spearman": ("spearmanr", "Spearman rho"), "kendall": ("kendalltau", "Kendall tau-b"),
              "mae_mean": ("mae", "MAE of the mean rating (1-5)"), "mae_variance": ("mae_variance", "MAE of the rating variance"),
              "nll": ("nll", "NLL of the human ratings"), "roc_auc": ("roc_auc", "ROC AUC")}
     eval_results = [
         EvalResult(task_type="text-classification", task_name="Answer correctness rating distribution",
-                   dataset_type=dataset_id or eval_dataset, dataset_name=eval_dataset, dataset_split="test",
+                   dataset_type=dataset_id, dataset_name=eval_dataset or dataset_id, dataset_split="test",
                    metric_type=metric_type, metric_name=metric_name, metric_value=round(test["orca"][key], 6))
         for key, (metric_type, metric_name) in names.items()
-        if test.get("orca", {}).get(key) is not None
+        if dataset_id and test.get("orca", {}).get(key) is not None
     ]
     data = ModelCardData(
-        model_name=repo_id.split("/")[-1], base_model=base_model, library_name="transformers", license="apache-2.0",
+        model_name=repo_id.split("/")[-1], base_model=base_model, library_name="transformers",
+        license=model_licence(base_model, config.backbone_config.model_type, licence), pipeline_tag="text-classification",
         language="en", datasets=[dataset_id] if dataset_id else None, eval_results=eval_results or None,
         tags=["orca", "llm-as-a-judge", "answer-correctness", "custom_code"],
     )
@@ -218,10 +247,11 @@ def model_card(config, metrics: dict | None, *, repo_id: str, revision: str | No
         "", "## Usage", "",
         "`trust_remote_code=True` runs `modeling_orca.py` from this repository: read it, and pin a `revision` "
         "(a commit hash) so the code you run cannot change under you.", "",
+        "```bash", f'pip install "transformers{min_transformers_version()}" torch safetensors', "```", "",
         "```python", "from transformers import AutoModel, AutoTokenizer", "",
         f'repo, revision = "{repo_id}", "{revision or "main"}"  # pin a commit hash of this repository',
         "model = AutoModel.from_pretrained(repo, revision=revision, trust_remote_code=True)",
-        "tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision)",
+        "tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision, trust_remote_code=True)",
         'record = {"question": "Which instrument plays the melody?", "reference": ["violin", "fiddle"],',
         '          "rationale": "A solo violin plays over soft piano chords.", "candidate": "It is a violin."}',
         "print(model.predict([record], tokenizer))  # [{'mean': ..., 'variance': ..., 'probs': [...], 'score': ...}]",
@@ -251,7 +281,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 folder, records = sys.argv[1], json.loads(sys.argv[2])
 config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
 model = AutoModel.from_pretrained(folder, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(folder)
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 assert "transformers_modules" in type(model).__module__, type(model).__module__
 print(json.dumps(model.predict(records, tokenizer, batch_size=2)))
 """
@@ -289,23 +319,31 @@ def build_model_folder(args, out: Path) -> None:
     metrics = find_metrics(checkpoint, args.metrics)
     model.save_pretrained(out, max_shard_size=args.max_shard_size)  # safetensors; config with auto_map; both code files
     tokenizer.save_pretrained(out)
+    tidy_saved_folder(out, type(model.backbone).__name__)
     card = model_card(model.config, metrics, repo_id=args.repo_id, revision=args.revision,
-                      base_model=hub_base_model(metrics, args.base_model), dataset_id=args.dataset_id)
+                      base_model=hub_base_model(metrics, args.base_model), dataset_id=args.dataset_id,
+                      licence=args.license)
     card.save(out / "README.md")
     validate_in_fresh_process(out, model.predict(CHECK_RECORDS, tokenizer, batch_size=2))
 
 
-def cmd_model(args) -> None:
+def build_and_publish(args, build, repo_type: str, message: str, **create_kwargs) -> None:
+    """`build(folder)` writes and checks a repository folder: into --local-dir for a dry run, else into a staging
+    folder that is uploaded as one commit."""
     if args.dry_run:
         with staging_dir(Path(args.local_dir)) as tmp:
-            build_model_folder(args, tmp)
-        print(f"wrote and validated {args.local_dir} (dry run: nothing uploaded)")
+            build(tmp)
+        print(f"wrote and checked {args.local_dir} (dry run: nothing uploaded)")
         return
     hub_token()  # fail before the (long) build
     with staging_dir(None) as tmp:
-        build_model_folder(args, tmp)
-        upload(tmp, args.repo_id, "model", private=args.private, revision=args.revision,
-               message=f"Upload ORCA model from {Path(args.checkpoint).name}")
+        build(tmp)
+        upload(tmp, args.repo_id, repo_type, private=args.private, revision=args.revision, message=message, **create_kwargs)
+
+
+def cmd_model(args) -> None:
+    build_and_publish(args, lambda out: build_model_folder(args, out), "model",
+                      f"Upload ORCA model from {Path(args.checkpoint).name}")
 
 
 # ------------------------------------------------------------------------------------------------ dataset
@@ -345,8 +383,27 @@ def cmd_dataset(args) -> None:
     if args.dry_run:
         print("dry run: nothing uploaded")
         return
-    upload(folder, args.repo_id, "dataset", private=args.private, revision=args.revision,
-           message="Upload ORCA correctness ratings (dataset_builder export)")
+    hub_token()
+    with staging_dir(None) as tmp:
+        stage_dataset(folder, tmp, args.repo_id)
+        upload(tmp, args.repo_id, "dataset", private=args.private, revision=args.revision,
+               message="Upload ORCA correctness ratings (dataset_builder export)")
+
+
+def stage_dataset(folder: Path, out: Path, repo_id: str) -> None:
+    """The export as uploaded: its files (hard links where the filesystem allows) and its card with the
+    repository id in the usage example."""
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(folder, out, dirs_exist_ok=True, copy_function=link_or_copy)
+    card = out / "README.md"
+    text = (folder / "README.md").read_text()
+    card.unlink()  # a hard link: writing through it would change the export
+    card.write_text(text.replace(REPO_ID_PLACEHOLDER, repo_id))
 
 
 # ------------------------------------------------------------------------------------------------ metric
@@ -429,34 +486,140 @@ def build_metric_folder(repo_id: str, out: Path) -> str:
 
 
 def cmd_metric(args) -> None:
-    if args.dry_run:
-        with staging_dir(Path(args.local_dir)) as tmp:
-            build_metric_folder(args.repo_id, tmp)
-        print(f"wrote and validated {args.local_dir} (dry run: nothing uploaded)")
-        return
-    hub_token()
-    with staging_dir(None) as tmp:
-        build_metric_folder(args.repo_id, tmp)
-        upload(tmp, args.repo_id, "space", private=args.private, revision=args.revision,
-               message="Upload the ORCA evaluate metric", space_sdk="gradio")
+    build_and_publish(args, lambda out: build_metric_folder(args.repo_id, out), "space",
+                      "Upload the ORCA evaluate metric", space_sdk="gradio")
+
+
+# ------------------------------------------------------------------------------------------------ leaderboard Space
+
+LEADERBOARD_APP = '''"""The ORCA leaderboard Space (written by `push_to_hub.py leaderboard`; the app is eval_suite/leaderboard/app.py
+of orca-judge). Submissions are judged by {model}; results are kept in {results}."""
+
+from eval_suite.leaderboard.app import main
+
+ARGS = {args}
+
+if __name__ == "__main__":
+    raise SystemExit(main(ARGS))
+'''
+
+
+def build_leaderboard_space(args, out: Path) -> None:
+    """The Space folder: app.py (the package's app with this judge and results repository), the benchmarks' question
+    files under data/, requirements.txt pinned to this package's version, and a README with the Space's YAML header."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from eval_suite.cli import package_version
+    from eval_suite.leaderboard.data import BENCHMARKS, SubmissionError, default_data_dir, load_questions
+
+    try:
+        gradio_version = version("gradio")
+    except PackageNotFoundError:
+        raise PublishError("gradio is not installed: pip install 'orca-judge[space]'") from None
+    given = dict(q.split("=", 1) for q in args.questions)
+    app_args = ["--model", args.model] + (["--revision", args.model_revision] if args.model_revision else [])
+    # host and port: the app reads GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, which a Space sets
+    app_args += ["--benchmark", *args.benchmark, "--data-dir", "data", "--results", "leaderboard-results"]
+    for name in args.benchmark:
+        if name not in BENCHMARKS:
+            raise PublishError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+        spec = BENCHMARKS[name]
+        source = Path(given[name]) if name in given else Path(args.data_dir or default_data_dir()) / (spec.default_file or "")
+        try:  # a question file the app cannot read is refused here, not in the running Space
+            n = len(load_questions(name, questions=source))
+        except SubmissionError as err:
+            raise PublishError(f"{name}: {err}") from None
+        rel = spec.default_file or f"{name}/{source.name}"
+        (out / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / "data" / rel)
+        if spec.default_file is None:
+            app_args += ["--questions", f"{name}=data/{rel}"]
+        print(f"{name}: {n} questions from {source}")
+    if args.results_repo:
+        app_args += ["--results-repo", args.results_repo]
+    results = f"the Hub dataset {args.results_repo}" if args.results_repo else "the Space's disk (lost on a restart)"
+    (out / "app.py").write_text(LEADERBOARD_APP.format(model=args.model, results=results, args=repr(app_args)))
+    spec = args.package_spec or f"orca-judge[space]=={package_version()}"
+    (out / "requirements.txt").write_text(f"{spec}\ngradio=={gradio_version}\n")
+    title = args.title or "ORCA leaderboard"
+    header = {"title": title, "emoji": "🎧", "colorFrom": "indigo", "colorTo": "blue", "sdk": "gradio",
+              "sdk_version": gradio_version, "python_version": "3.11", "app_file": "app.py", "pinned": False,
+              "license": "apache-2.0", "short_description": "Audio-LM answers ranked by ORCA's predicted correctness",
+              "tags": ["leaderboard", "audio", "evaluation"]}
+    token_note = ("Set the Space secret `HF_TOKEN` to a token with write access to the results dataset: without it "
+                  "the app refuses to start." if args.results_repo else
+                  "Results are kept on the Space's disk; pass `--results-repo` to keep them in a Hub dataset.")
+    body = [
+        f"# {title}", "",
+        f"Audio-LM answers to {', '.join(BENCHMARKS[b].title for b in args.benchmark)} ranked by the predicted "
+        f"correctness of the ORCA judge `{args.model}`" + (f" (revision `{args.model_revision}`)" if args.model_revision else "")
+        + ". Every answer is scored by the model's own `predict`; the ranking tab shows 95% bootstrap intervals, "
+        "paired tests between neighbouring ranks, per-modality and per-category scores and the doubtful items.", "",
+        "Submit (the Submit tab): a JSONL file with one line `{\"question_id\": ..., \"answer\": ...}` per question. "
+        "`orca-leaderboard export-submission` converts an audio-LM answer file.", "",
+        token_note, "", "Written by `push_to_hub.py leaderboard` of orca-judge.", "",
+        "```bibtex", CITATION, "```", "",
+    ]
+    import yaml
+
+    (out / "README.md").write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n"
+                                   + "\n".join(body), encoding="utf-8")
+    compile((out / "app.py").read_text(), "app.py", "exec")  # the Space's entry point at least parses
+
+
+def cmd_leaderboard(args) -> None:
+    build_and_publish(args, lambda out: build_leaderboard_space(args, out), "space", "Upload the ORCA leaderboard",
+                      space_sdk="gradio")
 
 
 # ------------------------------------------------------------------------------------------------ reference release
 
-# The reference release's input string
-#   " |context: {rationale} |question: {question} |correct answer: {reference} |candidate answer: {candidate}"
-# (tokenised without special tokens, pooled at the last real token) in OrcaConfig's template terms.
+# The reference release (github.com/BUTSpeechFIT/ORCA, orca_score/data.py and infer.py) scores a record as
+#   "" + " |context: " + rationale + " |question: " + question + " |correct answer: " + reference
+#      + " |candidate answer: " + candidate
+# with nothing stripped (an empty field keeps its label), tokenised whole without special tokens and never
+# truncated, pooled at the last real token of the last hidden state. The same in OrcaConfig's terms; a list of
+# aliases is the one string its aliases joined by " / " (the release reads one reference string).
+NO_LIMIT = 2**31 - 1
 REFERENCE_TEMPLATE = dict(
     template_fields=["rationale", "question", "reference", "candidate"],
     field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ",
                   "candidate": "|candidate answer: "},
-    field_separator=" ", template_prefix=" ", skip_empty_fields=False, add_special_tokens=False, pooling="last",
+    field_separator=" ", template_prefix=" ", skip_empty_fields=False, strip_fields=False, add_special_tokens=False,
+    pooling="last", reference_mode="join", reference_joiner=" / ", max_joined_references=NO_LIMIT,
+    max_reference_chars=NO_LIMIT, max_scored_references=0, max_length=NO_LIMIT, clamp=False,
 )
 # reference score_type -> ours. "mse" is scored like "bernoulli" (softmax entry 0) and "bmm" like "beta"
 # (the same parameters, trained with other losses).
 REFERENCE_SCORE_TYPES = {"bernoulli": "bernoulli", "mse": "bernoulli", "beta": "beta", "bmm": "beta",
                          "multinomial": "multinomial"}
 REFERENCE_HEAD_OUTPUTS = {"bernoulli": 2, "beta": 2, "multinomial": 5}
+
+_LONG_RATIONALE = " ".join(f"Bell {i} rings in the old stone tower, and the wind carries its echo over the square."
+                           for i in range(1, 41))  # about 800 tokens: over the 512 our own models are cut to
+# Scored by the converter (ours against the reference's computation) and by the tests: the inputs where a formatter
+# can differ from the reference's string. Every record has ratings, as the release's reader drops those without.
+REFERENCE_EDGE_RECORDS = [
+    {"id": "spaces", "question": "  Which instrument plays the melody?  ", "reference": [" violin ", "fiddle "],
+     "rationale": " A solo violin plays over soft piano chords. ", "candidate": "  It is a violin.  ", "ratings": [5, 5, 4]},
+    {"id": "tabs-newlines", "question": "What animal is barking?\n", "reference": "\tdog",
+     "rationale": "\tA dog barks twice.\n\n", "candidate": "A cat, I think.\n", "ratings": [1, 1]},
+    {"id": "empty-rationale", "question": "How many bells ring?", "reference": "three", "rationale": "",
+     "candidate": "three ", "ratings": [5]},
+    {"id": "unicode", "question": "Quel instrument joue ? 🎻", "reference": ["violon", "小提琴", "skrzypce"],
+     "rationale": "Un violon solo joue — très doucement, cafe\u0301 au lait.", "candidate": "C'est un violon 🎻\u00a0",
+     "ratings": [5, 4]},
+    {"id": "long", "question": "How many bells ring?", "reference": "forty", "rationale": _LONG_RATIONALE,
+     "candidate": "I counted forty bells.", "ratings": [5, 5]},
+    {"id": "many-aliases", "question": "How many strings does a violin have?",
+     "reference": ["4", "four", "IV", "vier", "quatre", "cuatro", "quattro", "četyre", "четыре", "四", "fyra", "neljä",
+                   "négy", "dört", "ארבע", "أربعة", "four strings", "4 strings", "G D A E", "G, D, A and E"],
+     "candidate": "It has four strings.", "rationale": "A violinist tunes each string in turn.", "ratings": [5, 5, 5]},
+    {"id": "empty-candidate", "question": "What is the speaker's name?", "reference": "Anna", "rationale": "   ",
+     "candidate": "", "ratings": [1, 1]},
+    {"id": "whitespace-candidate", "question": "What is the speaker's name?", "reference": "Anna",
+     "rationale": "A woman says: my name is Anna.", "candidate": " \t ", "ratings": [1]},
+]
 
 
 def read_reference_config(path: Path) -> dict:
@@ -475,30 +638,36 @@ def read_reference_config(path: Path) -> dict:
 
 
 def reference_input(record: dict) -> str:
+    """The release's input string of a record, written out on its own (not through our formatter)."""
     refs = record["reference"]
     ref = refs if isinstance(refs, str) else " / ".join(refs)
-    return (f" |context: {record.get('rationale') or ''} |question: {record['question']} "
+    return (f" |context: {record.get('rationale', '')} |question: {record['question']} "
             f"|correct answer: {ref} |candidate answer: {record['candidate']}")
 
 
-def reference_scores(causal_lm, tokenizer, weight, bias, score_type: str, records: list[dict]) -> list[float]:
-    """Scores in [0, 1] computed the way the reference release does (one input at a time, no padding)."""
+def reference_predictions(causal_lm, tokenizer, weight, bias, score_type: str, records: list[dict]) -> list[dict]:
+    """`rating_orca` and `variance_orca` (on [0, 1], as the release writes them) computed the release's way: its
+    string, tokenised whole without special tokens, the causal LM's last hidden state at the last token, its head
+    mapping (in float64). One input at a time, so no padding."""
     import torch
 
-    scores = []
+    out = []
     with torch.no_grad():
         for record in records:
             ids = tokenizer(reference_input(record), add_special_tokens=False, return_tensors="pt")["input_ids"]
-            hidden = causal_lm(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1].float()
-            z = hidden @ weight.float().T + bias.float()
+            hidden = causal_lm(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]  # [H]
+            z = hidden.double() @ weight.double().T + bias.double()  # [K]
             if score_type == "beta":
-                alpha, beta = z.exp()
-                scores.append(float(alpha / (alpha + beta)))
+                a, b = z.exp()
+                rating, variance = a / (a + b), a * b / ((a + b + 1) * (a + b) ** 2)
             elif score_type == "multinomial":
-                scores.append(float(z.softmax(-1) @ torch.arange(5.0)) / 4)
-            else:
-                scores.append(float(z.softmax(-1)[0]))
-    return scores
+                probs, k = z.softmax(-1), torch.arange(5, dtype=torch.float64) / 4
+                rating = probs @ k
+                variance = probs @ (k - rating) ** 2
+            else:  # bernoulli (and mse): entry 0 of a softmax over two logits; no variance
+                rating, variance = z.softmax(-1)[0], torch.zeros(())
+            out.append({"rating_orca": float(rating), "variance_orca": float(variance)})
+    return out
 
 
 def read_reference_checkpoint(src: Path) -> tuple[dict, dict]:
@@ -528,11 +697,52 @@ def read_reference_checkpoint(src: Path) -> tuple[dict, dict]:
     return ref_config, head
 
 
+def adapter_base_model(lm_dir: Path, given: str | None) -> str:
+    """The base model of a LoRA adapter: --base-model when given, else `base_model_name_or_path` of its
+    adapter_config.json."""
+    if given:
+        return given
+    try:
+        base = json.loads((lm_dir / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as err:
+        raise PublishError(f"{lm_dir / 'adapter_config.json'}: unreadable ({err}); pass --base-model") from None
+    if not base:
+        raise PublishError(f"{lm_dir / 'adapter_config.json'} names no base_model_name_or_path: pass --base-model "
+                           "(the Hub id or folder the adapter was trained on)")
+    return base
+
+
+LOCAL_KEYS = ("_name_or_path", "name_or_path", "is_local", "local_files_only")
+
+
+def tidy_saved_folder(folder: Path, backbone_class: str) -> None:
+    """Remove what only describes this machine (the folders things were loaded from, offline flags) from a saved
+    model folder's config.json (and its backbone_config) and tokenizer_config.json, and let the backbone config's
+    `architectures` name the class whose weights the folder holds (e.g. LlamaModel, not LlamaForCausalLM)."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = folder / name
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        for part in (data, data.get("backbone_config") or {}):
+            for key in LOCAL_KEYS:
+                part.pop(key, None)
+        if "backbone_config" in data:
+            data["backbone_config"]["architectures"] = [backbone_class]
+        path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def compare_with_reference(want: list[dict], got: list[dict]) -> float:
+    """Largest absolute difference of rating_orca and variance_orca over the records."""
+    return max(abs(w[k] - g[k]) for w, g in zip(want, got) for k in ("rating_orca", "variance_orca"))
+
+
 def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: str = "float32") -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from configuration_orca import OrcaConfig
+    from eval_suite.cli import reference_fields
     from modeling_orca import OrcaForCorrectnessDistribution
 
     ref_config, head = read_reference_checkpoint(src)
@@ -542,15 +752,17 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
     if (lm_dir / "adapter_config.json").exists():
         from peft import PeftModel
 
-        if not base_model:
-            raise PublishError(f"{lm_dir} is a LoRA adapter: pass --base-model (the Hub id or folder it was trained on)")
-        causal = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+        base = adapter_base_model(lm_dir, base_model)
+        try:
+            causal = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        except OSError as err:
+            raise PublishError(f"base model {base} of the LoRA adapter in {lm_dir}: {err}") from None
         causal = PeftModel.from_pretrained(causal, lm_dir).merge_and_unload()
     else:
         causal = AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
     causal.eval()
     tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
-    if tokenizer.pad_token is None:  # padding is masked and never pooled: any token will do
+    if tokenizer.pad_token is None:  # as the release does; padding is masked and never pooled
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
 
     weight, bias = head["linear.weight"].float(), head["linear.bias"].float()
@@ -561,11 +773,9 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
                            f"and hidden size {hidden} (expected {(REFERENCE_HEAD_OUTPUTS[ref_type], hidden)})")
 
     backbone.config.pad_token_id = tokenizer.pad_token_id
-    # the release never truncates: allow the backbone's whole context
-    max_length = getattr(backbone.config.get_text_config(), "max_position_embeddings", None) or 512
     # a new composite config resets its sub-config's attention implementation: restore it (as from_backbone does)
     attn_implementation = backbone.config._attn_implementation
-    config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, max_length=max_length, **REFERENCE_TEMPLATE)
+    config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, **REFERENCE_TEMPLATE)
     config._attn_implementation = attn_implementation
     model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
     with torch.no_grad():
@@ -577,18 +787,22 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
             model.score_head.weight.copy_(weight)
             model.score_head.bias.copy_(bias)
 
-    want = reference_scores(causal, tokenizer, weight, bias, ref_type, CHECK_RECORDS)
-    got = [p["score"] for p in model.predict(CHECK_RECORDS, tokenizer, batch_size=len(CHECK_RECORDS))]
-    worst = max(abs(a - b) for a, b in zip(want, got))
-    if worst > 1e-4:
-        raise PublishError(f"the converted model's scores differ from the reference computation by {worst:.2e}")
+    records = REFERENCE_EDGE_RECORDS
+    want = reference_predictions(causal, tokenizer, weight, bias, ref_type, records)
+    got = [reference_fields(p, config) for p in model.predict(records, tokenizer, batch_size=len(records))]
+    worst = compare_with_reference(want, got)
+    if worst > 1e-5:
+        raise PublishError(f"the converted model's scores differ from the reference computation by {worst:.2e} "
+                           f"on the {len(records)} check records")
 
     model.to(getattr(torch, dtype_name))
     with staging_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    print(f"converted {src} ({ref_config['score_type']} -> {ref_type}) into {out}; "
-          f"scores equal the reference computation (max difference {worst:.1e})")
+        tidy_saved_folder(tmp, type(backbone).__name__)
+    print(f"converted {src} ({ref_config['score_type']} -> {ref_type}) into {out}; on {len(records)} check records "
+          f"(surrounding whitespace, empty fields, unicode, a long input, many aliases) rating_orca and variance_orca "
+          f"equal the reference computation (max difference {worst:.1e})")
 
 
 def cmd_convert(args) -> None:
@@ -617,7 +831,11 @@ def parse_args(argv=None):
     p.add_argument("--max-shard-size", default="2GB", help="safetensors shard size (default 2GB)")
     p.add_argument("--metrics", default=None, help="metrics.json of the run (default: beside the checkpoint or above)")
     p.add_argument("--base-model", default=None, help="Hub id of the backbone for the card (default: from metrics.json)")
-    p.add_argument("--dataset-id", default=None, help="Hub id of the training/evaluation dataset for the card")
+    p.add_argument("--dataset-id", default=None,
+                   help="Hub id of the evaluation dataset; the card's model-index (structured results) needs it")
+    p.add_argument("--license", default=None,
+                   help="Hub licence id for the card (default: the base model's, e.g. llama3.2 for Llama 3.2, gemma "
+                        "for Gemma, apache-2.0 for SmolLM2 / MiniLM / OLMo 2; required for another base)")
 
     p = publishing("dataset", "upload a dataset_builder export (built with --for-upload)", cmd_dataset)
     p.add_argument("--dir", required=True, help="the export folder (python -m dataset_builder build --out DIR)")
@@ -625,9 +843,24 @@ def parse_args(argv=None):
     p = publishing("metric", "upload eval_suite/orca_metric as an evaluate Space", cmd_metric)
     p.add_argument("--local-dir", help="with --dry-run: write the Space folder here")
 
+    p = publishing("leaderboard", "upload the leaderboard app (eval_suite/leaderboard/app.py) as a Gradio Space",
+                   cmd_leaderboard)
+    p.add_argument("--model", required=True, help="the judge: ORCA model Hub id")
+    p.add_argument("--model-revision", help="the judge's Hub branch, tag or commit (pin a commit)")
+    p.add_argument("--benchmark", nargs="+", default=["mmau-test-mini"], help="benchmarks that take submissions")
+    p.add_argument("--data-dir", help="where the benchmarks' question files are (default: $ORCA_DATA_DIR, else ../shared/data)")
+    p.add_argument("--questions", nargs="+", default=[], metavar="BENCHMARK=FILE", help="a benchmark's question file")
+    p.add_argument("--results-repo", help="Hub dataset ORG/NAME that keeps the results (the Space needs an HF_TOKEN secret)")
+    p.add_argument("--package-spec", help="requirements.txt line of this package (default: orca-judge[space]==VERSION; "
+                                          "e.g. 'orca-judge[space] @ git+https://github.com/ORG/orca@v0.1.0')")
+    p.add_argument("--title", help="the Space's title (default: ORCA leaderboard)")
+    p.add_argument("--local-dir", help="with --dry-run: write the Space folder here")
+
     p = sub.add_parser("convert-reference", help="convert a reference-release checkpoint into this format")
     p.add_argument("--src", required=True, help="reference checkpoint folder holding model/ and tokenizer/")
-    p.add_argument("--base-model", default=None, help="base causal LM of a LoRA adapter in model/lm (Hub id or folder)")
+    p.add_argument("--base-model", default=None,
+                   help="base causal LM of a LoRA adapter in model/lm (Hub id or folder; default: the adapter's "
+                        "adapter_config.json base_model_name_or_path)")
     p.add_argument("--out", required=True, help="output folder (must not exist or be empty)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="dtype of the saved weights")
     p.set_defaults(func=cmd_convert)

@@ -10,14 +10,14 @@
     divided by the float32 matrix-multiply rate measured in the same run with the same threads.
 
 Both paths get the same backbone weights, the same head and the same input string (the release template); the
-means must agree within 1e-4 (0.05 in 16-bit types). Both run in one process, so (b) also gets the malloc tuning
-that (a) switches on (`modeling_orca.tune_cpu_malloc`); `ORCA_TUNE_MALLOC=0` runs both without it. (a) runs
-`--repeats` times, each between GEMM probes; medians are reported. Last line:
+means must agree within 1e-4 (0.05 in 16-bit types). (a) runs `--repeats` times, each between GEMM probes; medians
+are reported. Last line:
 `speedup_vs_naive=X.XX floor_fraction=Y.YY` (first backbone).
 
     .venv/bin/python benchmarks/bench_scoring.py                      # 1,000 EVOUNA-NQ answers, SmolLM2 + MiniLM
     .venv/bin/python benchmarks/bench_scoring.py --backbone smollm2 --ablations
-    .venv/bin/python benchmarks/bench_scoring.py --n 300 --backbone smollm2 --ablation tree-attention --ablation last-mlp --ablation-repeats 5
+    .venv/bin/python benchmarks/bench_scoring.py --n 300 --backbone smollm2 --ablation sharing --ablation-repeats 5
+    git show REV:modeling_orca.py > /tmp/old.py && .venv/bin/python benchmarks/bench_scoring.py --compare-with /tmp/old.py
     python benchmarks/bench_scoring.py --backbone llama3b-random --device cuda --dtype bfloat16 --n 10000 --batch-size 64
 """
 
@@ -136,7 +136,6 @@ def timed(fn):
 def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-    import modeling_orca
     from modeling_orca import encode_fields, format_input, input_variants
 
     folder, pooling = backbone_folder(name, tmp)
@@ -145,7 +144,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     model, tokenizer = orca_model(folder, pooling, add_special_tokens=add_special, device=args.device, dtype=dtype)
     gemm_kw = dict(device=args.device, dtype=dtype)
     config = model.config
-    causal = model.prefix_sharing_supported()
+    causal = model.prefix_sharing_supported
     token_ids = encode_fields([input_variants(r, config)[0] for r in records], tokenizer, config)
     texts = [format_input(r, config) for r in records]
     whole = tokenizer(texts, add_special_tokens=add_special)["input_ids"]
@@ -171,8 +170,6 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         # key: (label, predict keywords, model attributes for the run)
         variants = {
             "sharing": [("no prefix sharing", dict(share_prefix=False), {})],
-            "tree-attention": [("no query-chunked tree attention", {}, dict(tree_attention_queries=None))],
-            "last-mlp": [("last layer's MLP at every position", {}, dict(prune_last_mlp=False))],
             "budgets": [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)],
             "items": [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})],
         }
@@ -245,7 +242,6 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         floor_tokens=n_floor,
         token_ids_equal_to_whole_text=f"{same_ids}/{n}",
         prefix_sharing=causal and config.share_prefix,
-        malloc_tuned=modeling_orca._malloc_tuned,
         default_batch_tokens=model.cpu_batch_tokens if model.device.type == "cpu" else args.batch_size * 256,
         device=args.device,
         dtype=args.dtype,
@@ -267,6 +263,59 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     )
 
 
+def predict_once(name: str, records: list[dict], args, tmp: Path) -> dict:
+    """One warmed-up, timed `predict` of `records` (for --compare-with; runs in its own process). With
+    `--modeling FILE` the model class comes from FILE instead of the repository's modeling_orca.py."""
+    if args.modeling:
+        import importlib.util
+        import sys
+
+        spec = importlib.util.spec_from_file_location("modeling_orca", args.modeling)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["modeling_orca"] = module
+        spec.loader.exec_module(module)
+    folder, pooling = backbone_folder(name, tmp)
+    model, tokenizer = orca_model(folder, pooling, add_special_tokens=name == "minilm", device=args.device, dtype=getattr(torch, args.dtype))
+    model.predict(records[:4], tokenizer, batch_size=args.batch_size)
+    t = time.perf_counter()
+    preds = model.predict(records, tokenizer, batch_size=args.batch_size)
+    return dict(seconds=time.perf_counter() - t, means=[p["mean"] for p in preds], modeling=args.modeling)
+
+
+def compare_with(name: str, args) -> dict:
+    """`--compare-repeats` pairs of processes, one timing this repository's `predict` and one the `predict` of
+    `--compare-with FILE` (an older modeling_orca.py), in alternating order: on a shared machine whose speed drifts,
+    the median of the pairs' time ratios is the measure. Separate processes, as an older file may change
+    process-wide settings."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, __file__, "--predict-once", "--backbone", name, "--n", str(args.n), "--batch-size", str(args.batch_size),
+            "--device", args.device, "--dtype", args.dtype] + (["--data-dir", args.data_dir] if args.data_dir else []) \
+        + (["--threads", str(args.threads)] if args.threads else [])  # fmt: skip
+
+    def run(modeling):
+        cmd = base + (["--modeling", modeling] if modeling else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    pairs = []
+    for k in range(args.compare_repeats):
+        first, second = (None, args.compare_with) if k % 2 == 0 else (args.compare_with, None)
+        out = {first: run(first)}
+        out[second] = run(second)
+        pairs.append((out[None], out[args.compare_with]))
+        print(f"  pair {k + 1}: this {out[None]['seconds']:.1f} s, {args.compare_with} {out[args.compare_with]['seconds']:.1f} s", flush=True)
+    ratio = statistics.median(old["seconds"] / new["seconds"] for new, old in pairs)
+    diff = max(abs(a - b) for new, old in pairs for a, b in zip(new["means"], old["means"]))
+    n = args.n
+    return dict(backbone=name, records=n, compared_with=args.compare_with,
+                this_items_per_s=round(n / statistics.median(new["seconds"] for new, _ in pairs), 2),
+                other_items_per_s=round(n / statistics.median(old["seconds"] for _, old in pairs), 2),
+                speedup_vs_other=ratio, max_abs_mean_diff=diff, agree=diff <= args.tolerance,
+                pairs=[dict(this_s=round(new["seconds"], 2), other_s=round(old["seconds"], 2)) for new, old in pairs])  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
@@ -278,7 +327,7 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-size", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
     p.add_argument("--ablations", dest="ablation", action="append_const", const="all", help="also time predict without each technique (= --ablation all)")
-    p.add_argument("--ablation", action="append", choices=("all", "sharing", "tree-attention", "last-mlp", "budgets", "items"),
+    p.add_argument("--ablation", action="append", choices=("all", "sharing", "budgets", "items"),
                    help="repeatable: time predict without this technique, each run right after a default run")
     p.add_argument("--ablation-repeats", type=int, default=1, help="(default, variant) pairs per ablation; the median time ratio is reported")
     p.add_argument("--profile", action="store_true", help="also profile one run of predict, after (b): matrix multiplies (their GFLOP/s), attention, the rest; "
@@ -288,6 +337,12 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights, activations, GEMM probe")
     p.add_argument("--tolerance", type=float, default=None, help="largest |mean a - mean b| allowed (1e-4 in float32, 0.05 otherwise)")
     p.add_argument("--json", default=None, help="write all results to this file")
+    p.add_argument("--compare-with", default=None, metavar="FILE",
+                   help="instead of (a)-(c): time this predict against FILE's (an older modeling_orca.py, e.g. from "
+                        "`git show REV:modeling_orca.py`), in --compare-repeats pairs of alternating processes")
+    p.add_argument("--compare-repeats", type=int, default=5, help="process pairs of --compare-with")
+    p.add_argument("--predict-once", action="store_true", help=argparse.SUPPRESS)  # one process of --compare-with
+    p.add_argument("--modeling", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tolerance is None:
         args.tolerance = 1e-4 if args.dtype == "float32" else 0.05  # 16-bit sums in another order differ by ~1e-2
@@ -295,6 +350,24 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     backbones = args.backbone or ["smollm2", "minilm"]
     records = load_records(args.n, args.data_dir)
+    if args.predict_once:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(predict_once(backbones[0], records, args, Path(tmp))))
+        return 0
+    if args.compare_with:
+        print(f"{len(records)} records; this predict against {args.compare_with}'s; {load_line()}", flush=True)
+        results = []
+        for name in backbones:
+            r = compare_with(name, args)
+            results.append(r)
+            print(f"== {name}: this {r['this_items_per_s']} items/s, other {r['other_items_per_s']} items/s (medians); "
+                  f"time other/this = {r['speedup_vs_other']:.3f} (median of {len(r['pairs'])} pairs); "
+                  f"max |mean diff| = {r['max_abs_mean_diff']:.1e}", flush=True)  # fmt: skip
+        if args.json:
+            Path(args.json).write_text(json.dumps(dict(**run_info(args), results=results, load=load_line()), indent=1))
+        print(load_line())
+        print(f"speedup_vs_other={results[0]['speedup_vs_other']:.3f}")
+        return 0 if all(r["agree"] for r in results) else 1
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"{torch.get_num_threads()} threads"
     print(f"{len(records)} records, {len({r['question'] for r in records})} questions; torch {torch.__version__}, "
           f"{where}, {args.dtype}; {load_line()}", flush=True)  # fmt: skip
@@ -306,7 +379,7 @@ def main(argv=None) -> int:
             a, b, f = r["a"], r["b"], r["floor"]
             print(f"\n== {name}: {r['records']} items, {r['input_tokens']} input tokens, {r['floor_tokens']} to compute at least once; "
                   f"token ids = whole-text ids for {r['token_ids_equal_to_whole_text']}; prefix sharing {r['prefix_sharing']}; "
-                  f"malloc tuned {r['malloc_tuned']}; {r['default_batch_tokens']}-token batches")  # fmt: skip
+                  f"{r['default_batch_tokens']}-token batches")  # fmt: skip
             print(f"{'path':<28}{'items/s':>10}{'tokens/s':>11}{'seconds':>10}{'peak MiB':>10}")
             print(f"{'(a) predict':<28}{a['items_per_s']:>10.2f}{a['tokens_per_s']:>11.1f}{a['seconds']:>10.1f}{a['peak_mib']:>10}")
             print(f"{'(b) naive, batch ' + str(b['batch_size']):<28}{b['items_per_s']:>10.2f}{b['tokens_per_s']:>11.1f}{b['seconds']:>10.1f}{b['peak_mib']:>10}")

@@ -1,141 +1,317 @@
-"""Training throughput: optimiser steps per second and peak memory of the quickstart configuration
-(configs/quickstart.yaml: all-MiniLM-L6-v2, full fine-tuning, batch 16, max_length 256, multinomial head, mean
-pooling) on EVOUNA-NQ training answers, against a naive loop.
+"""Training throughput of SmolLM2-135M-Instruct with LoRA r=128 (q/k/v/o/gate/up/down projections, the head trained
+fully), float32, micro-batches of 8 x 2 accumulated (16 answers an optimiser step), AdamW, gradient clipping:
 
-- package: train.py's own pieces (`build_model`, `tokenize_records`, `epoch_batches` length bucketing, `collate`,
-  the model's `forward` on the base model) and its optimiser step (AdamW with a head LR, grad clipping);
-- naive: the same data and optimiser, batches in shuffled order without length bucketing, and the vocabulary
-  logits computed (`AutoModelForMaskedLM` / `AutoModelForCausalLM` with `output_hidden_states=True`, the head
-  on the pooled last hidden state).
+- (a) today's path: `training.batching: shuffled` (`train.epoch_batches`, batches of similar lengths from all
+  questions), one padded row per answer (`train.collate`), the model's `forward`;
+- (b) shared prefix: `training.batching: question` and `training.prefix_sharing`: a micro-batch's answers to one
+  question laid out as one prefix-tree row (`modeling_orca.pack_prefix_tree`), the shared fields computed once;
+- (c) naive, the reference trainer's way: `AutoModelForCausalLM` with the same LoRA, vocabulary logits at every
+  position (`output_hidden_states=True` for the last hidden state), fixed batches in a seeded shuffled order without
+  length sorting, the loss summed over a micro-batch.
 
-    .venv/bin/python benchmarks/bench_train.py                # 40 timed steps each after 3 warm-up steps
-Last line: `steps_per_s=X.XX naive_steps_per_s=Y.YY speedup_vs_naive=Z.ZZ`.
+All three train on the same token ids, from the same initial weights. Data: benchmark-shaped, several answers to a
+question with a rationale in front of it (the reference release's input string, `_common.RELEASE_TEMPLATE`): MMAR
+items of the `s2_benchmark` config (8 answers a question, its `thinking` text as rationale), then EVOUNA-NQ (5
+answers a question, no rationale). Reported per path: optimiser steps/s; input tokens/s (each answer's whole
+input, what one unpadded row per answer computes); computed tokens/s (positions of the model's input tensors,
+padding included: fewer than the input tokens when prefixes are shared); peak memory (process RSS over its level
+before the path's model was built: the model, its optimiser state and the activations).
+
+Timed: `--warmup` steps, then one whole epoch of the `--n` answers (`--steps 0`, the default: every path sees the
+same answers, in its own batches) or `--steps` steps.
+
+`dev_rho_delta`: (a) and (b) train on for `--dev-steps` steps in all (the timed steps included, same schedule) on
+the EVOUNA-NQ training answers (`--dev-train-n`), then both score the validation split (`predict`); dev Spearman of (b) minus (a).
+
+    .venv/bin/python benchmarks/bench_train.py --json runs/bench_train.json    # timed: one epoch of 160 MMAR / 480 EVOUNA answers
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py --clock cpu   # on a machine busy with other jobs
+    .venv/bin/python benchmarks/bench_train.py --smoke                       # tiny random Llama, a few items (CI)
+Last line: `train_speedup_vs_naive=X dev_rho_delta=Y` (X: (b) / (c) steps/s on the MMAR data; with `--clock cpu`
+steps per CPU-second of the training thread, for a machine shared with other jobs: run with OMP_NUM_THREADS=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import json
 import random
+import tempfile
 import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import REPO, PeakMemory, is_decoder, load_line, load_records, run_info
+from _common import RELEASE_TEMPLATE, PeakMemory, backbone_folder, load_line, run_info
+
+LORA = {"enabled": True, "r": 128, "alpha": 128, "dropout": 0.05, "target_modules": "auto"}
+PATHS = {"a": "today (shuffled, row per answer)", "b": "shared prefix (by question)", "c": "naive (full logits)"}
 
 
-def optimizer_for(model, lr, head_lr):
+def whole_questions(records: list[dict], n: int) -> list[dict]:
+    """The first `n` answers in file order, whole questions only (at least one question)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["question_id"]] = counts.get(r["question_id"], 0) + 1
+    out, seen = [], set()
+    for r in records:
+        if r["question_id"] not in seen:
+            if out and len(out) + counts[r["question_id"]] > n:
+                break
+            seen.add(r["question_id"])
+        out.append(r)
+    return out
+
+
+def load_data(name: str, n: int, dev_n: int) -> tuple[list[dict], list[dict]]:
+    """(train answers, dev answers) of a benchmark data set: `mmar` (the s2_benchmark config's MMAR items) or
+    `evouna` (s3_evouna_nq)."""
+    import dataset_builder
+
+    splits = dataset_builder.load_config("s2_benchmark" if name == "mmar" else "s3_evouna_nq")
+    train = [r for r in splits["train"].to_list() if r.get("ratings") and (name != "mmar" or r["benchmark"] == "mmar")]
+    dev = [r for r in splits["validation"].to_list() if r.get("ratings") and (name != "mmar" or r["benchmark"] == "mmar")]
+    train.sort(key=lambda r: r["question_id"])  # a question's answers next to each other, as a benchmark file lists them
+    return whole_questions(train, n), dev[:dev_n]
+
+
+def build(folder: str, head_seed: int = 0):
+    """The ORCA model on the backbone (release template, float32) with LoRA; a seeded head."""
+    import train
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, dtype=torch.float32, **RELEASE_TEMPLATE)
+    torch.manual_seed(head_seed)
+    torch.nn.init.normal_(model.score_head.weight, std=0.05)
+    torch.nn.init.zeros_(model.score_head.bias)
+    torch.manual_seed(head_seed)  # LoRA's initialisation
+    return train.add_lora(model, {"lora": LORA}), tokenizer
+
+
+def optimizer_for(model, lr: float, head_lr: float):
     head = [p for n, p in model.named_parameters() if p.requires_grad and "score_head" in n]
     body = [p for n, p in model.named_parameters() if p.requires_grad and "score_head" not in n]
     return torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.0)
 
 
-def run_steps(step_fn, batches, warmup: int, steps: int) -> tuple[float, PeakMemory]:
-    for b in batches[:warmup]:
-        step_fn(b)
+class Trainer:
+    """One path's model, optimiser and schedule; `step(batch)` runs one optimiser step over 16 item indices."""
+
+    def __init__(self, path: str, folder: str, token_ids, records, args):
+        import train
+        from modeling_orca import pad_ratings, pad_token_ids, ratings_nll
+
+        self.path, self.token_ids, self.records, self.args = path, token_ids, records, args
+        self.groups = [r["question_id"] for r in records]
+        model, tokenizer = build(folder)
+        self.pad_id = tokenizer.pad_token_id
+        self.config = train.unwrap_orca(model).config
+        if path == "c":  # the same LoRA and head on the causal LM (its vocabulary head computes logits)
+            from peft import LoraConfig, get_peft_model
+            from transformers import AutoModelForCausalLM
+
+            lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            torch.manual_seed(0)
+            lm = get_peft_model(lm, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
+                                               target_modules=train.LORA_TARGETS["default"]))  # fmt: skip
+            self.head = train.unwrap_orca(model).score_head
+            self.head.requires_grad_(True)
+            del model
+            self.lm = lm
+            params = [p for p in lm.parameters() if p.requires_grad]
+            self.opt = torch.optim.AdamW([{"params": params, "lr": args.lr}, {"params": list(self.head.parameters()), "lr": args.head_lr}],
+                                         weight_decay=0.0)
+            self.params = params + list(self.head.parameters())
+            lm.train()
+        else:
+            self.model = model
+            self.opt = optimizer_for(model, args.lr, args.head_lr)
+            self.params = [p for p in model.parameters() if p.requires_grad]
+            model.train()
+            self.share = path == "b" and train.unwrap_orca(model).prefix_sharing_supported
+        self._pad, self._ratings, self._nll = pad_token_ids, pad_ratings, ratings_nll
+        self.real_tokens = self.computed_tokens = 0
+
+    def set_schedule(self, total_steps: int) -> None:
+        import train
+
+        warmup = max(1, total_steps // 10)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: train.lr_lambda(s, warmup_steps=warmup, max_steps=total_steps, floor=0.1)
+        )
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        import train
+
+        lengths = [len(t) for t in self.token_ids]
+        bs = 2 * self.args.micro
+        if self.path == "a":
+            return train.epoch_batches(lengths, bs, 0, epoch)
+        if self.path == "b":
+            return train.epoch_batches(lengths, bs, 0, epoch, groups=self.groups, piece=self.args.micro)
+        order = list(range(len(lengths)))
+        random.Random(epoch).shuffle(order)
+        return [order[i : i + bs] for i in range(0, len(order) - bs + 1, bs)]
+
+    def step(self, batch: list[int]) -> float:
+        import train
+
+        micro = self.args.micro
+        total = 0.0
+        for k in range(0, len(batch), micro):
+            idx = batch[k : k + micro]
+            self.real_tokens += sum(len(self.token_ids[i]) for i in idx)
+            if self.path == "c":
+                input_ids, mask = self._pad([self.token_ids[i] for i in idx], self.pad_id)
+                out = self.lm(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)  # logits (B, T, V) too
+                hidden = out.hidden_states[-1]
+                pooled = hidden[torch.arange(len(idx)), mask.sum(1) - 1]  # the last real token (right padding)
+                loss = self._nll(self.head(pooled), self._ratings([self.records[i]["ratings"] for i in idx]), self.config).sum()
+                self.computed_tokens += input_ids.numel()
+            else:
+                batch_k = train.collate(idx, self.token_ids, self.records, self.pad_id, share_prefix=self.share, groups=self.groups)
+                loss = self.model(**batch_k).loss / (len(batch) // micro)
+                self.computed_tokens += batch_k["input_ids"].numel()
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.scheduler.step()
+        self.opt.zero_grad()
+        return total
+
+    def orca(self):
+        import train
+
+        return train.unwrap_orca(self.model)
+
+
+def release_freed_memory() -> None:
+    """Free the previous path's objects and hand glibc's freed heap back to the system, so that a path's peak RSS
+    over its start counts its own model, optimiser and activations (not memory the previous path left behind)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: peaks of later paths may come out low
+        pass
+
+
+def time_path(path: str, folder: str, token_ids, records, args, total_steps: int, keep: bool = False) -> tuple[dict, object]:
+    """Run at least `total_steps` optimiser steps of a path: `--warmup` steps, the timed ones (`--steps` steps, or
+    with `--steps 0` all of the next epoch's batches: the same answers for every path), then the rest; returns its
+    figures and (with `keep`) the trainer."""
+    release_freed_memory()
     with PeakMemory() as mem:
-        t = time.perf_counter()
-        for b in batches[warmup : warmup + steps]:
-            step_fn(b)
-        seconds = time.perf_counter() - t
-    return steps / seconds, mem
+        trainer = Trainer(path, folder, token_ids, records, args)
+        stream, epoch = [], 0
+        if args.steps:
+            while len(stream) < max(total_steps, args.warmup + args.steps):
+                stream += trainer.batches(epoch)
+                epoch += 1
+            warm, timed_batches, rest = stream[: args.warmup], stream[args.warmup : args.warmup + args.steps], stream[args.warmup + args.steps : total_steps]
+        else:
+            warm, timed_batches, epoch = trainer.batches(0)[: args.warmup], trainer.batches(1), 2
+            while len(stream) < total_steps - args.warmup - len(timed_batches):
+                stream += trainer.batches(epoch)
+                epoch += 1
+            rest = stream[: max(0, total_steps - args.warmup - len(timed_batches))]
+        trainer.set_schedule(len(warm) + len(timed_batches) + len(rest))
+        losses = [trainer.step(b) for b in warm]
+        trainer.real_tokens = trainer.computed_tokens = 0
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        losses += [trainer.step(b) for b in timed_batches]
+        seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - started_cpu
+        timed = (trainer.real_tokens, trainer.computed_tokens)
+        losses += [trainer.step(b) for b in rest]
+    steps = len(timed_batches)
+    result = dict(path=path, name=PATHS[path], steps_per_s=steps / seconds, seconds=seconds, cpu_seconds=cpu_seconds,
+                  steps_per_cpu_s=steps / cpu_seconds, timed_steps=steps,
+                  input_tokens_per_cpu_s=timed[0] / cpu_seconds,
+                  input_tokens_per_s=timed[0] / seconds, computed_tokens_per_s=timed[1] / seconds,
+                  computed_per_input=timed[1] / timed[0], peak_mib=mem.extra_mib, steps=len(losses),
+                  first_loss=losses[0], last_loss=losses[-1])  # fmt: skip
+    if path == "b":
+        result["prefix_sharing"] = trainer.share
+    return result, (trainer if keep else None)
+
+
+def dev_spearman(trainer, tokenizer, dev: list[dict]) -> float:
+    from scipy.stats import spearmanr
+
+    preds = trainer.orca().predict(dev, tokenizer, batch_size=16)
+    human = [sum(r["ratings"]) / len(r["ratings"]) for r in dev]
+    return float(spearmanr([p["mean"] for p in preds], human).statistic)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--n", type=int, default=3000, help="training answers the batches are drawn from")
-    p.add_argument("--backbone", default=None, help="override model.backbone (e.g. tiny-llama for smoke runs)")
+    p.add_argument("--backbone", default="smollm2", help="smollm2, or tiny-llama (a random 2-layer Llama) for smoke runs")
+    p.add_argument("--data", default="mmar,evouna", help="data sets, in order; the first one gives the speedup")
+    p.add_argument("--n", type=int, default=160, help="training answers of each data set the batches come from")
+    p.add_argument("--steps", type=int, default=0, help="timed optimiser steps of each path; 0: one whole epoch of the --n answers")
+    p.add_argument("--warmup", type=int, default=2, help="optimiser steps before the timed ones")
+    p.add_argument("--dev-steps", type=int, default=40, help="optimiser steps of (a) and (b) before the dev comparison")
+    p.add_argument("--dev-n", type=int, default=400, help="EVOUNA-NQ dev answers scored for dev_rho_delta")
+    p.add_argument("--dev-train-n", type=int, default=480, help="EVOUNA-NQ training answers for dev_rho_delta")
+    p.add_argument("--micro", type=int, default=8, help="micro-batch size (2 accumulated a step)")
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--head-lr", type=float, default=2e-3)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="speedups from wall time, or (on a loaded machine, with OMP_NUM_THREADS=1) from the CPU time of "
+                        "the thread that trains: the work a step takes, not the wait for a core")
+    p.add_argument("--smoke", action="store_true", help="tiny random Llama, few items and steps (CI)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.smoke:
+        args.backbone, args.n, args.steps, args.warmup, args.dev_steps, args.dev_n, args.dev_train_n = "tiny-llama", 48, 2, 1, 4, 30, 48
 
     import train
-    from modeling_orca import distribution_statistics, ratings_nll  # noqa: F401
 
-    overrides = ["--model.backbone", args.backbone] if args.backbone else []
-    cfg = train.load_run_config(args.config, overrides)
-    t = cfg["training"]
-    lr = next(iter(cfg["stages"].values()))["lr"]
-    head_lr = t["head_lr"] or lr
-    bs = t["effective_batch_size"]
-    records = [r for r in load_records(args.n) if r.get("ratings")]
-    needed = (args.warmup + args.steps) * bs
-    print(f"{cfg['model']['backbone']} ({cfg['model']['pooling']} pooling), batch {bs}, lr {lr}, head lr {head_lr}; "
-          f"{len(records)} answers; torch {torch.get_num_threads()} threads; {load_line()}", flush=True)  # fmt: skip
-
-    # --- package: train.py's pieces
-    torch.manual_seed(0)
-    model, tokenizer = train.build_model(cfg)
-    config = model.config
-    token_ids = train.tokenize_records(records, tokenizer, config)
-    lengths = [len(x) for x in token_ids]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    batches = []
-    epoch = 0
-    while len(batches) < args.warmup + args.steps:
-        batches += train.epoch_batches(lengths, bs, cfg["seed"], epoch)
-        epoch += 1
-    model.train()
-    opt = optimizer_for(model, lr, head_lr)
-
-    def package_step(idx):
-        loss = model(**train.collate(idx, token_ids, records, pad_id)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t["max_grad_norm"])
-        opt.step()
-        opt.zero_grad()
-
-    rate_a, mem_a = run_steps(package_step, batches, args.warmup, args.steps)
-    tokens_a = sum(max(lengths[i] for i in b) * len(b) for b in batches[args.warmup : args.warmup + args.steps])
-
-    # --- naive: unbucketed batches, full vocabulary logits
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
-    torch.manual_seed(0)
-    orca, _ = train.build_model(cfg)  # the head (same seed) and the folder it came from
-    folder = orca.backbone.name_or_path
-    causal = is_decoder(orca.backbone)
-    lm_cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
-    # a tiny random backbone (smoke runs) has no folder: same architecture with its vocabulary head
-    lm = lm_cls.from_pretrained(folder) if folder else lm_cls.from_config(orca.backbone.config)
-    head = orca.score_head
-    lm.train()
-    params = list(lm.parameters()) + list(head.parameters())
-    naive_opt = torch.optim.AdamW([{"params": list(lm.parameters()), "lr": lr}, {"params": list(head.parameters()), "lr": head_lr}], weight_decay=0.0)
-    order = list(range(len(records)))
-    random.Random(cfg["seed"]).shuffle(order)
-    naive_batches = [order[i : i + bs] for i in range(0, len(order) - bs + 1, bs)]
-    while len(naive_batches) < needed // bs:
-        naive_batches += naive_batches
-    pooling = cfg["model"]["pooling"]
-
-    def naive_step(idx):
-        batch = train.collate(idx, token_ids, records, pad_id)
-        out = lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-        hidden, mask = out.hidden_states[-1], batch["attention_mask"].bool()
-        if pooling == "mean":
-            pooled = hidden.masked_fill(~mask[..., None], 0).sum(1) / mask.sum(1, keepdim=True)
-        else:
-            pooled = hidden[torch.arange(len(hidden)), mask.long().cumsum(1).argmax(1)]
-        loss = ratings_nll(head(pooled), batch["ratings"], config).mean()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, t["max_grad_norm"])
-        naive_opt.step()
-        naive_opt.zero_grad()
-
-    rate_b, mem_b = run_steps(naive_step, naive_batches, args.warmup, args.steps)
-    tokens_b = sum(max(lengths[i] for i in b) * len(b) for b in naive_batches[args.warmup : args.warmup + args.steps])
-
-    print(f"{'loop':<34}{'steps/s':>9}{'padded tokens/step':>20}{'peak MiB':>10}")
-    print(f"{'package (bucketed, base model)':<34}{rate_a:>9.3f}{tokens_a / args.steps:>20.0f}{mem_a.peak_mib:>10.0f}")
-    print(f"{'naive (unbucketed, full logits)':<34}{rate_b:>9.3f}{tokens_b / args.steps:>20.0f}{mem_b.peak_mib:>10.0f}")
+    tmp = tempfile.TemporaryDirectory()
+    folder, _ = backbone_folder(args.backbone, Path(tmp.name))
+    model, tokenizer = build(folder)
+    config = copy.deepcopy(train.unwrap_orca(model).config)
+    config.max_length = args.max_length
+    del model
+    print(f"{args.backbone}: LoRA r={LORA['r']} float32, micro-batches {args.micro} x 2, {torch.get_num_threads()} threads; {load_line()}", flush=True)
+    results = []
+    dev_rho = {}
+    for name in args.data.split(","):
+        n = args.dev_train_n if name == "evouna" else args.n
+        records, dev = load_data(name, n, args.dev_n)
+        token_ids = train.tokenize_records(records, tokenizer, config)
+        questions = len({r["question_id"] for r in records})
+        print(f"\n{name}: {len(records)} answers to {questions} questions, {sum(map(len, token_ids)) / len(token_ids):.0f} tokens "
+              f"an answer on average", flush=True)  # fmt: skip
+        print(f"{'path':<36}{'steps/s':>9}{'steps/cpu-s':>12}{'input tok/s':>12}{'computed tok/s':>16}{'comp/input':>11}{'peak MiB':>10}")
+        for path in "abc":
+            dev_run = name == "evouna" and path in "ab" and args.dev_steps
+            total = max(args.dev_steps, args.warmup + args.steps) if dev_run else args.warmup + args.steps
+            result, trainer = time_path(path, folder, token_ids, records, args, total, keep=bool(dev_run))
+            result["data"] = name
+            if dev_run:
+                result["dev_spearman"] = dev_rho[path] = dev_spearman(trainer, tokenizer, dev)
+            del trainer
+            results.append(result)
+            print(f"{result['name']:<36}{result['steps_per_s']:>9.4f}{result['steps_per_cpu_s']:>12.4f}{result['input_tokens_per_s']:>12.0f}"
+                  f"{result['computed_tokens_per_s']:>16.0f}{result['computed_per_input']:>11.2f}{result['peak_mib']:>10.0f}"
+                  + (f"  dev rho {result['dev_spearman']:.4f}" if "dev_spearman" in result else ""), flush=True)  # fmt: skip
+    first = args.data.split(",")[0]
+    key = "steps_per_s" if args.clock == "wall" else "steps_per_cpu_s"
+    rate = {r["path"]: r[key] for r in results if r["data"] == first}
+    speedup = rate["b"] / rate["c"]
+    delta = dev_rho["b"] - dev_rho["a"] if len(dev_rho) == 2 else float("nan")
+    summary = dict(train_speedup_vs_naive=speedup, today_speedup_vs_naive=rate["a"] / rate["c"], dev_rho_delta=delta,
+                   dev_spearman=dev_rho, speedup_data=first, clock=args.clock)  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(**run_info(args), steps_per_s=rate_a, naive_steps_per_s=rate_b, peak_mib=mem_a.peak_mib,
-                                                    naive_peak_mib=mem_b.peak_mib, load=load_line()), indent=1))  # fmt: skip
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(dict(**run_info(args), results=results, summary=summary, lora=LORA,
+                                                   load=load_line()), indent=1))  # fmt: skip
     print(load_line())
-    print(f"steps_per_s={rate_a:.2f} naive_steps_per_s={rate_b:.2f} speedup_vs_naive={rate_a / rate_b:.2f}")
+    print(f"train_speedup_vs_naive={speedup:.2f} dev_rho_delta={delta:.4f}")
     return 0
 
 

@@ -173,14 +173,95 @@ def to_dataset(records: list[dict]) -> datasets.Dataset:
     return datasets.Dataset.from_list(records, features=FEATURES)
 
 
+# Training variants: a config's splits changed for training, not exported as datasets of their own.
+# `hold_out_answerers`: the scenario-B pair of the fold is removed from train and validation (the test split stays
+# scenario A's, so its held-out answerers' items are exactly scenario B's test: answers of systems never seen in
+# training); `extra_train`: SAS pair files added to train only (never to validation or test).
+@dataclass(frozen=True)
+class TrainingVariant:
+    base: str
+    hold_out_answerers: bool = False
+    extra_train: tuple[str, ...] = ()
+
+
+TRAINING_VARIANTS = {
+    "s3_evouna_nq_heldout": TrainingVariant("s3_evouna_nq", hold_out_answerers=True),
+    "s3_evouna_nq_heldout_sas": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
+                                                extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv")),
+    "s3_evouna_nq_sas": TrainingVariant("s3_evouna_nq", extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv")),
+}
+
+# Sets no training config reads: scored beside the in-domain test to see how the judge generalises.
+OOD_SETS = {
+    "evouna_nq_heldout": "EVOUNA-NQ, answers of the scenario-B held-out answering models to the test questions",
+    "nq_open_graded": "NQ-open predictions sorted by humans (nq_open_filtered.csv): definitely correct 5 / "
+                      "possibly correct 3 / incorrect 1",
+    "nq_open_sas": "NQ-open answer pairs without the question (NQ-open_SAS.csv): equivalent 5 / similar 3 / "
+                   "dissimilar 1",
+}
+
+
+def held_out_answerers(records: list[dict], *, fold: int = 0, seed: int = 0) -> tuple[str, str]:
+    """The answering models scenario B holds out in ``fold``."""
+    from .splits import holdout_pairs
+
+    return holdout_pairs((r["answerer"] for r in records), seed=seed)[fold]
+
+
+def _extra_train(data_dir, files: tuple[str, ...]) -> list[dict]:
+    out = []
+    for name in files:
+        res = readers.read_sas_pairs(_need(Path(data_dir) / "sas" / name, "SAS pairs"))
+        out += apply_filters(res.records)[0]
+    return out
+
+
+def _load_variant(variant: TrainingVariant, *, scenario, fold, data_dir, seed) -> dict[str, list[dict]]:
+    build = build_config(variant.base, data_dir=data_dir, seed=seed)
+    splits, _ = make_splits(build.records, scenario=scenario, fold=fold, seed=seed)
+    if variant.hold_out_answerers:
+        held = set(held_out_answerers(build.records, fold=fold, seed=seed))
+        for part in ("train", "validation"):
+            splits[part] = [r for r in splits[part] if r["answerer"] not in held]
+    splits["train"] = splits["train"] + _extra_train(data_dir or default_data_dir(), variant.extra_train)
+    return splits
+
+
+def ood_sets(*, data_dir=None, fold: int = 0, seed: int = 0, names=None) -> dict[str, list[dict]]:
+    """The out-of-domain test sets (:data:`OOD_SETS`), filtered like every other split.
+
+    ``evouna_nq_heldout`` is out of domain for a judge whose EVOUNA-NQ training data left the fold's held-out
+    answerers out (``s3_evouna_nq_heldout*`` or scenario B); the two NQ-open sets are read by no training config
+    but ``sas``.
+    """
+    d = Path(data_dir or default_data_dir())
+    out = {}
+    for name in names or OOD_SETS:
+        if name == "evouna_nq_heldout":
+            build = build_config("s3_evouna_nq", data_dir=d, seed=seed)
+            out[name] = make_splits(build.records, scenario="B", fold=fold, seed=seed)[0]["test"]
+        elif name == "nq_open_graded":
+            out[name] = apply_filters(readers.read_nq_open_graded(
+                _need(d / "sas" / "nq_open_filtered.csv", "NQ-open graded predictions")).records)[0]
+        elif name == "nq_open_sas":
+            out[name] = apply_filters(readers.read_sas_pairs(_need(d / "sas" / "NQ-open_SAS.csv", "SAS pairs")).records)[0]
+        else:
+            raise ValueError(f"unknown out-of-domain set {name!r}; choose from {', '.join(OOD_SETS)}")
+    return out
+
+
 def load_config(name: str, *, scenario: str = "A", fold: int = 0, data_dir=None, release_dir=None, seed: int = 0,
                 s1_size: int | None = None, llm_judge=None) -> datasets.DatasetDict:
     """One config as a ``DatasetDict`` with ``train`` / ``validation`` / ``test`` (filters applied).
 
     ``scenario`` "A" (by question, stratified) or "B" (two answering models held out for test);
-    ``fold`` 0..4; ``seed`` drives both generation (s1, s2 wording) and the splits. ``llm_judge``
+    ``fold`` 0..4; ``seed`` drives both generation (s1, s2 wording) and the splits. ``name`` may also be a
+    training variant (:data:`TRAINING_VARIANTS`). ``llm_judge``
     is an optional ``(record) -> rating`` added to the s2 machine raters. Nothing is cached on disk.
     """
+    if name in TRAINING_VARIANTS:
+        splits = _load_variant(TRAINING_VARIANTS[name], scenario=scenario, fold=fold, data_dir=data_dir, seed=seed)
+        return datasets.DatasetDict({s: to_dataset(splits[s]) for s in SPLITS})
     build = build_config(name, data_dir=data_dir, release_dir=release_dir, seed=seed, s1_size=s1_size,
                          llm_judge=llm_judge)
     splits, _ = make_splits(build.records, scenario=scenario, fold=fold, seed=seed)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from huggingface_hub import DatasetCardData
 from tqdm.auto import tqdm
 
 from .configs import CONFIGS, RELEASE_FILES, SOURCES, build_config, licence_of, source_key
@@ -20,6 +21,16 @@ from .splits import NUM_FOLDS, SPLITS, make_splits
 from .stats import summarize
 
 NOT_FOR_REDISTRIBUTION = "not for redistribution"
+REPO_ID_PLACEHOLDER = "<this repo>"  # replaced by the repository id when `push_to_hub.py dataset` uploads the export
+# SOURCES' licence texts -> Hub licence ids (https://huggingface.co/docs/hub/repositories-licenses)
+HUB_LICENCE_IDS = {"Apache-2.0": ["apache-2.0"],
+                   "CC BY-SA 4.0 / CC BY-SA 3.0 / CC BY 4.0": ["cc-by-sa-4.0", "cc-by-sa-3.0", "cc-by-4.0"]}
+CITATION = r"""@article{sedlacek2025orca,
+  title   = {{ORCA}: Open-ended Response Correctness Assessment for Audio Question Answering},
+  author  = {Sedl{\'a}{\v{c}}ek, {\v{S}}imon and Barahona, Sara and Yusuf, Bolaji and others},
+  journal = {arXiv preprint arXiv:2512.09066},
+  year    = {2025}
+}"""
 
 
 def write_parquet(records: list[dict], path: Path) -> None:
@@ -94,34 +105,48 @@ def build_repo(out, *, configs: list[str] | None = None, data_dir=None, release_
     return json.loads(text)  # exactly what stats.json holds (JSON keys are strings)
 
 
-def _yaml(configs: list[dict]) -> str:
-    lines = ["configs:"]
-    for i, c in enumerate(configs):
-        lines.append(f"- config_name: {c['config_name']}")
-        if i == 0:
-            lines.append("  default: true")
-        lines.append("  data_files:")
-        for f in c["data_files"]:
-            lines += [f"  - split: {f['split']}", f"    path: {f['path']}"]
-    return "\n".join(lines)
-
-
 def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def size_category(n: int) -> str:
+    """The Hub's size category of a dataset of n records."""
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return name
+    return "1M<n<10M" if n < 10_000_000 else "n>10M"
+
+
+def card_data(stats: dict, yaml_configs: list[dict]) -> DatasetCardData:
+    """The card's YAML: Hub licence ids of the sources the export holds (`other` while it holds sources that may not
+    be redistributed), the size category of its records, the `configs:` block `load_dataset` reads."""
+    cfgs = stats["configs"]
+    used = sorted({s for c in cfgs.values() for s in c["sources"]
+                   if not (stats["for_upload"] and SOURCES[s][2] is None)})
+    licences = [i for s in used if SOURCES[s][2] for i in HUB_LICENCE_IDS.get(SOURCES[s][2], ["other"])]
+    unlicensed = any(SOURCES[s][2] is None for s in used)
+    records = sum(c["summary"]["records"] for c in cfgs.values())
+    configs = [{"config_name": c["config_name"], **({"default": True} if i == 0 else {}), "data_files": c["data_files"]}
+               for i, c in enumerate(yaml_configs)]
+    extra = {"license_name": "mixed, some sources not for redistribution (see Sources)"} if unlicensed else {}
+    return DatasetCardData(
+        license=list(dict.fromkeys(licences + (["other"] if unlicensed else []))) or ["other"],
+        language=["en"], pretty_name="ORCA correctness ratings", size_categories=[size_category(records)],
+        task_categories=["text-classification"], tags=["llm-as-a-judge", "answer-correctness", "audio-question-answering"],
+        configs=configs, **extra,
+    )
 
 
 def dataset_card(stats: dict, yaml_configs: list[dict]) -> str:
     cfgs = stats["configs"]
     used = sorted({s for c in cfgs.values() for s in c["sources"]})
-    out = ["---", "license: other", "license_name: mixed (see Sources)", "pretty_name: ORCA correctness ratings",
-           "task_categories:", "- text-classification", "language:", "- en", "tags:", "- llm-as-a-judge",
-           "- answer-correctness", "- audio-question-answering", _yaml(yaml_configs), "---", "",
+    out = ["---", card_data(stats, yaml_configs).to_yaml(), "---", "",
            "# ORCA correctness ratings", "",
            "Candidate answers to (audio) questions with 1-5 Likert correctness ratings, in one schema "
            "(`dataset_builder.schema`), built by `python -m dataset_builder build`"
            + (" with `--for-upload`" if stats["for_upload"] else "") + f" (seed {stats['seed']}).", "",
            "```python", "from datasets import load_dataset",
-           f"ds = load_dataset(\"<this repo>\", \"{yaml_configs[0]['config_name'] if yaml_configs else 's1_synthetic'}\", "
+           f"ds = load_dataset(\"{REPO_ID_PLACEHOLDER}\", \"{yaml_configs[0]['config_name'] if yaml_configs else 's1_synthetic'}\", "
            "split=\"train\")", "```", "", "## Sources", "",
            "| source | what | origin | licence |", "|---|---|---|---|"]
     for key in used:
@@ -172,7 +197,7 @@ def dataset_card(stats: dict, yaml_configs: list[dict]) -> str:
             "`id, benchmark, question_id, question, reference` (list: canonical answer first, then aliases), "
             "`rationale, transcript` (\"\" when none), `candidate, answerer, modality, category, ratings` "
             "(ints 1..5), `rater_ids, flags` (subset of Q, R, A, U, E), `stage` (s1/s2/s3), `source, metadata` "
-            "(JSON-encoded dict).", ""]
+            "(JSON-encoded dict).", "", "## Citation", "", "```bibtex", CITATION, "```", ""]
     return "\n".join(out)
 
 

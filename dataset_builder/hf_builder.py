@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import datasets
 
 from .configs import CONFIGS, build_config
+from .export import CITATION
 from .schema import FEATURES
 from .splits import make_splits
 
@@ -34,7 +35,7 @@ class OrcaDataset(datasets.GeneratorBasedBuilder):
     DEFAULT_CONFIG_NAME = "s1_synthetic"
 
     def _info(self) -> datasets.DatasetInfo:
-        return datasets.DatasetInfo(description=self.config.description, features=FEATURES)
+        return datasets.DatasetInfo(description=self.config.description, features=FEATURES, citation=CITATION)
 
     def _split_generators(self, dl_manager):
         c = self.config

@@ -8,7 +8,6 @@ carries, fits the same Arrow schema and the same Parquet files.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 
 import datasets
@@ -196,32 +195,6 @@ def _copy_default(field):
 def make_record(**fields) -> dict:
     """Build a valid record from keyword fields, filling defaults (``metadata`` may be a dict)."""
     return validate_record(fields)
-
-
-def metadata_of(record: dict) -> dict:
-    return json.loads(record["metadata"]) if record.get("metadata") else {}
-
-
-def num_ratings(ratings: Sequence[int]) -> int:
-    return len(ratings)
-
-
-def rating_mean(ratings: Sequence[int]) -> float:
-    """Mean rating; NaN for an unlabeled item."""
-    return sum(ratings) / len(ratings) if ratings else math.nan
-
-
-def rating_variance(ratings: Sequence[int]) -> float:
-    """Population variance (ddof=0) of the ratings; NaN for an unlabeled item.
-
-    ddof=0 is deliberate: it is the variance of the empirical rating distribution, the same
-    quantity as the variance of the distribution the model predicts, so the two compare directly.
-    A single rating has variance 0.
-    """
-    if not ratings:
-        return math.nan
-    m = rating_mean(ratings)
-    return sum((r - m) ** 2 for r in ratings) / len(ratings)
 
 
 def rating_histogram(ratings: Sequence[int]) -> list[int]:

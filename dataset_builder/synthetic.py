@@ -20,8 +20,13 @@ Candidate content modes and their latent quality (the panel's mean before bias a
 exact 5.0, alias / paraphrase (other alias, number in words, other date format, surname only,
 unlisted synonym) ~4.8, correct but verbose ~4.7, correct with a wrong side detail ~3.8,
 partial (first name only, year without month, one of two items, region instead of town, broader
-class) ~3.0, hedge between right and wrong ~2.3, close numeric miss ~1.6, wrong entity ~1.1,
-mentions the right answer only to reject it ~1.2, refusal 1.0.
+class) ~3.0, hedge between right and wrong ~2.3, a list naming the right answer among wrong ones ~2.0,
+close numeric miss ~1.6, wrong entity of the same kind ~1.1, mentions the right answer only to reject it
+("It is Sydney, not Canberra as many think.") ~1.2, the right answer asserted against a wrong one
+("It is Canberra, not Sydney as many think.") ~4.6, the answer to a neighbouring question (another item's
+right answer) 1.0, refusal 1.0. The two "reject" modes use the same sentence templates, so only which answer
+is asserted tells them apart. References sometimes carry long alias lists (other forms of the same answer),
+as trivia datasets do.
 """
 
 from __future__ import annotations
@@ -382,7 +387,31 @@ def build_reference(item: Item, rng: random.Random) -> list[str]:
         refs = [f"{v[0]} and {v[1]}"]
     else:
         raise ValueError(k)
+    if rng.random() < 0.15:  # a trivia-style list: many forms of one answer (EVOUNA / TriviaQA alias lists)
+        refs += _more_aliases(item, rng)
     return list(dict.fromkeys(refs))
+
+
+def _more_aliases(item: Item, rng: random.Random) -> list[str]:
+    k, v = item.kind, item.value
+    if k == "name":
+        first, middle, last = v
+        out = [f"{first} {last}".lower(), f"{last}, {first}", f"{first[0]}. {last}", f"Dr. {first} {last}",
+               f"{first} {middle or ''} {last}".replace("  ", " "), last, f"{first[0]}.{(middle or 'J')[0]}. {last}"]
+    elif k == "number":
+        n, unit = v
+        out = [str(n), number_words(n), f"{n} {unit}", f"{number_words(n)} {unit}", f"{n:,}", f"about {n}"]
+    elif k == "year":
+        out = [f"{v} AD", f"in {v}", f"the year {v}", f"'{str(v)[2:]}"]
+    elif k == "date":
+        out = [_date_str(v, f) for f in ("us", "eu", "iso", "ord")] + [f"{_MONTHS[v[1] - 1][:3]}. {v[2]}, {v[0]}"]
+    elif k == "place":
+        out = [v[0], f"{v[0]}, {v[1]}", f"the town of {v[0]}", f"{v[0]} ({v[1]})", v[0].upper(), f"{v[0]} city"]
+    elif k == "concept":
+        out = list(v[1][v[0]][0])
+    else:
+        return []
+    return rng.sample(out, rng.randint(max(1, len(out) - 3), len(out)))
 
 
 def _wrong_value(item: Item, rng: random.Random, close: bool = False):
@@ -459,9 +488,10 @@ def _partial(item: Item, rng: random.Random) -> str | None:
 
 
 # Content modes: name -> latent quality. "ambiguous" modes get more rater disagreement.
-QUALITY = {"exact": 5.0, "variant": 4.8, "verbose": 4.7, "side_error": 3.8, "partial": 3.0, "hedge": 2.3,
-           "close_miss": 1.6, "wrong": 1.1, "reject_right": 1.2, "refusal": 1.0}
-AMBIGUOUS = {"side_error", "partial", "hedge", "close_miss"}
+QUALITY = {"exact": 5.0, "variant": 4.8, "verbose": 4.7, "reject_wrong": 4.6, "side_error": 3.8, "partial": 3.0,
+           "hedge": 2.3, "list": 2.0, "close_miss": 1.6, "wrong": 1.1, "reject_right": 1.2, "neighbour": 1.0,
+           "refusal": 1.0}
+AMBIGUOUS = {"side_error", "partial", "hedge", "list", "close_miss"}
 
 # Simulated answering systems: style weights and content-mode weights.
 SYSTEMS = {
@@ -471,17 +501,18 @@ SYSTEMS = {
                      {"exact": 0.3, "variant": 0.25, "partial": 0.1, "hedge": 0.05, "close_miss": 0.05,
                       "wrong": 0.22, "refusal": 0.03}),
     "sim-verbose": ({"sentence": 0.2, "long": 0.8},
-                    {"exact": 0.25, "variant": 0.2, "verbose": 0.1, "side_error": 0.08, "partial": 0.07,
-                     "wrong": 0.17, "reject_right": 0.05, "refusal": 0.08}),
+                    {"exact": 0.22, "variant": 0.2, "verbose": 0.1, "reject_wrong": 0.06, "side_error": 0.08,
+                     "partial": 0.07, "wrong": 0.15, "reject_right": 0.07, "refusal": 0.05}),
     "sim-cautious": ({"short": 0.2, "sentence": 0.5, "long": 0.3},
-                     {"exact": 0.2, "variant": 0.15, "partial": 0.15, "hedge": 0.25, "wrong": 0.1,
-                      "refusal": 0.15}),
+                     {"exact": 0.2, "variant": 0.15, "partial": 0.15, "hedge": 0.2, "list": 0.08, "wrong": 0.1,
+                      "refusal": 0.12}),
     "sim-weak": ({"short": 0.5, "sentence": 0.4, "long": 0.1},
-                 {"exact": 0.15, "variant": 0.1, "partial": 0.1, "close_miss": 0.1, "wrong": 0.5,
-                  "reject_right": 0.05}),
+                 {"exact": 0.15, "variant": 0.1, "partial": 0.1, "close_miss": 0.1, "wrong": 0.42,
+                  "neighbour": 0.08, "reject_right": 0.05}),
     "sim-chat": ({"short": 0.1, "sentence": 0.5, "long": 0.4},
-                 {"exact": 0.3, "variant": 0.3, "verbose": 0.05, "side_error": 0.05, "partial": 0.05,
-                  "hedge": 0.05, "wrong": 0.17, "refusal": 0.03}),
+                 {"exact": 0.27, "variant": 0.27, "verbose": 0.05, "reject_wrong": 0.04, "side_error": 0.05,
+                  "partial": 0.05, "hedge": 0.05, "list": 0.03, "wrong": 0.15, "reject_right": 0.03,
+                  "neighbour": 0.02, "refusal": 0.03}),
 }
 
 
@@ -496,8 +527,28 @@ def _sentence(item: Item, x: str, rng: random.Random) -> str:
     return s[0].upper() + s[1:]
 
 
-def realise(item: Item, style: str, mode: str, rng: random.Random) -> tuple[str, str]:
-    """Candidate text for a content mode in a style; returns (text, effective mode)."""
+def _asserted(item: Item, x: str, other: str, rng: random.Random) -> str:
+    """``x`` asserted and ``other`` rejected, in one of the shapes LLM answers take."""
+    claim = item.frame.replace("{x}", x)
+    claim = claim[0].upper() + claim[1:]
+    return rng.choice([f"Although some say {other}, the correct answer is {x}.", f"It is not {other}; it is {x}.",
+                       f"Many people assume {other}, but {item.frame.replace('{x}', x)}",
+                       f"{claim[:-1]}, not {other} as many think.", f"It is {x}, not {other}.",
+                       f"Contrary to what is often said, the answer is {x} rather than {other}.",
+                       f"{x}. {other[0].upper() + other[1:]} is a common mistake here."])
+
+
+def realise(item: Item, style: str, mode: str, rng: random.Random, neighbour: Item | None = None) -> tuple[str, str]:
+    """Candidate text for a content mode in a style; returns (text, effective mode). ``neighbour``: another
+    question's item, whose right answer is the candidate in mode "neighbour"."""
+    if mode == "neighbour":
+        if neighbour is None or neighbour.kind == item.kind:
+            mode = "wrong"
+        else:
+            x = _surface(neighbour, neighbour.value, rng, variant=False)
+            if style == "short":
+                return x, mode
+            return _sentence(neighbour, x, rng), mode
     if mode == "refusal":
         return rng.choice(_REFUSALS + (_AUDIO_REFUSALS if item.modality != "text" else [])), mode
     if mode == "partial":
@@ -517,13 +568,21 @@ def realise(item: Item, style: str, mode: str, rng: random.Random) -> tuple[str,
         b = _surface(item, _wrong_value(item, rng), rng, variant=False)
         a, b = (a, b) if rng.random() < 0.5 else (b, a)
         return rng.choice([f"It could be {a} or {b}.", f"Either {a} or {b}, I am not sure which.",
-                           f"{a}, or possibly {b}", f"Probably {a}, but it might also be {b}."]), mode
+                           f"{a}, or possibly {b}", f"Probably {a}, but it might also be {b}.",
+                           f"I am not sure, maybe {a} or {b}.", f"Perhaps {a}; {b} is also possible."]), mode
+    elif mode == "list":
+        wrongs = {_surface(item, _wrong_value(item, rng), rng, variant=False) for _ in range(rng.randint(2, 3))}
+        options = [_surface(item, item.value, rng, variant=rng.random() < 0.3), *sorted(wrongs)]
+        rng.shuffle(options)
+        listed = ", ".join(options[:-1]) + rng.choice([" and ", " or ", ", "]) + options[-1]
+        return rng.choice([listed, f"Possible answers include {listed}.", f"It is one of these: {listed}.",
+                           f"Candidates are {listed}."]), mode
+    elif mode == "reject_wrong":
+        x = _surface(item, item.value, rng, variant=rng.random() < 0.3)
+        return _asserted(item, x, _surface(item, _wrong_value(item, rng), rng, variant=False), rng), mode
 
     if mode == "reject_right":
-        right = _surface(item, item.value, rng, variant=False)
-        return rng.choice([f"Although some say {right}, the correct answer is {x}.",
-                           f"It is not {right}; it is {x}.",
-                           f"Many people assume {right}, but {item.frame.replace('{x}', x)}"]), mode
+        return _asserted(item, x, _surface(item, item.value, rng, variant=False), rng), mode
     if style == "short" and mode not in ("verbose", "side_error"):
         return (x.lower() if rng.random() < 0.2 else x), mode
     text = _sentence(item, x, rng)
@@ -583,6 +642,7 @@ def generate_s1(size: int = 10_000, *, seed: int = 0, answers_per_question: int 
     systems = sorted(SYSTEMS)
     records: list[dict] = []
     q = 0
+    previous = None  # the last question's item: its right answer is a neighbouring question's answer
     while len(records) < size:
         item = rng.choices(gens, weights=weights)[0](rng)
         item.reference = build_reference(item, rng)
@@ -591,7 +651,7 @@ def generate_s1(size: int = 10_000, *, seed: int = 0, answers_per_question: int 
                 break
             styles, modes = SYSTEMS[system]
             style, mode = _pick(rng, styles), _pick(rng, modes)
-            text, mode = realise(item, style, mode, rng)
+            text, mode = realise(item, style, mode, rng, neighbour=previous)
             raters = [panel[i] for i in sorted(nrng.choice(panel_size, size=int(nrng.integers(3, 6)), replace=False))]
             ratings = panel_ratings(QUALITY[mode], mode in AMBIGUOUS, raters, nrng)
             flags = [rng.choice(["Q", "R", "A", "U", "E"])] if rng.random() < flag_rate else []
@@ -604,4 +664,5 @@ def generate_s1(size: int = 10_000, *, seed: int = 0, answers_per_question: int 
                 metadata={"mode": mode, "style": style, "latent_quality": QUALITY[mode], "seed": seed},
             ))
         q += 1
+        previous = item
     return records

@@ -13,18 +13,9 @@ import numpy as np
 
 from eval_suite.metrics import kendall, spearman
 from modeling_orca import clamp_scores as clamp_one
+from modeling_orca import rating_to_unit
 
 DEFAULT_MARGIN = 0.125
-
-
-def mean_to_score01(mean):
-    """[1, 5] mean rating -> [0, 1] score."""
-    return (np.asarray(mean, dtype=float) - 1.0) / 4.0
-
-
-def score01_to_mean(score01):
-    """[0, 1] score -> [1, 5] mean rating."""
-    return 1.0 + 4.0 * np.asarray(score01, dtype=float)
 
 
 def clamp_scores(score01, variance, *, threshold: float, margin: float = DEFAULT_MARGIN) -> np.ndarray:
@@ -84,7 +75,7 @@ def tune_clamp_threshold(
     """
     score = np.asarray(score01, dtype=float)
     var = np.asarray(variance, dtype=float)
-    human = mean_to_score01(human_mean)
+    human = rating_to_unit(np.asarray(human_mean, dtype=float))
     if not (score.shape == var.shape == human.shape) or score.ndim != 1:
         raise ValueError("score01, variance and human_mean must be 1-D of equal length")
     if candidates is None:

@@ -2,19 +2,31 @@
 
     orca-score --model runs/orca/final --input answers.jsonl --output scored.jsonl --summary summary.json
     orca-score --model user/orca-judge --revision v1 --input in.jsonl --output out.jsonl --clamp auto
+    orca-score --model out/converted --input in.jsonl --output out.jsonl --output-format reference
     accelerate launch --num_processes 4 -m eval_suite.cli --model ... --input ... --output ...
 
+Input: one JSON object per line.
+  required  id (unique string), question, reference (a string or a list of accepted answers), candidate
+  optional  rationale (text describing the audio), transcript (or the reference release's `transcription`),
+            ratings (human 1-5 ratings: metrics in the summary), answerer, benchmark, question_id, ...; other keys
+            are kept in the output
+  example   {"id": "q1-a", "question": "Which instrument plays the melody?", "reference": ["violin", "fiddle"],
+             "rationale": "A solo violin plays over soft piano chords.", "candidate": "It's a violin.", "ratings": [5, 4, 5]}
+
 Every non-blank input line gives one output line, in input order: the input object plus `orca_mean`,
-`orca_variance`, `orca_probs`, `orca_score` and `orca_error`. Scores come from the model's own `predict` (the one
-scoring path). Records are scored question by question (all answers sharing the text before the candidate
-together, so `predict` computes that text once); the output is built in a `.partial` file (one per process under
-`accelerate launch`), appended in chunks of whole records with fsync, and put in input order at the end:
-`--resume` continues an interrupted run.
+`orca_variance` (1-5 scale), `orca_probs`, `orca_score` ([0, 1], clamped when asked) and `orca_error`; with
+`--output-format reference`, the reference release's `rating_orca`, `variance_orca` ([0, 1] scale) and `n_ratings`.
+It prints a system-level line (n, mean rating, mean score; also without ratings) and, for labelled lines, metrics.
+Scores come from the model's own `predict` (the one scoring path). Records are scored question by question (all
+answers sharing the text before the candidate together, so `predict` computes that text once); the output is built
+in a `.partial` file (one per process under `accelerate launch`), appended in chunks of whole records with fsync,
+and put in input order at the end: `--resume` continues an interrupted run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -111,6 +123,36 @@ def output_line(entry: Entry, pred: dict | None) -> dict:
     }
 
 
+def reference_fields(pred: dict, config) -> dict:
+    """A prediction in the reference release's field names and scale: `rating_orca` = the mean rating on [0, 1]
+    (unclamped), `variance_orca` = the variance on that scale (the 1-5 variance / 16; 0.0 for a Bernoulli head,
+    as the release writes)."""
+    from modeling_orca import rating_to_unit
+
+    span = config.rating_max - config.rating_min
+    return {
+        "rating_orca": float(rating_to_unit(pred["mean"], config.rating_min, config.rating_max)),
+        "variance_orca": 0.0 if pred["variance"] is None else pred["variance"] / span**2,
+    }
+
+
+def reference_line(line: dict, config, clamped: bool) -> dict:
+    """An output line of this tool in the reference release's format: the input fields, `rating_orca`,
+    `variance_orca` (see `reference_fields`), `rating_orca_clamped` when a clamp threshold is in effect, and
+    `n_ratings`; a line that failed validation keeps `orca_error` and `orca_line`."""
+    base = {k: v for k, v in line.items() if k not in (*SCORE_FIELDS, "orca_error", "orca_line")}
+    if line.get("orca_error"):
+        extra = {"rating_orca_clamped": None} if clamped else {}
+        return {**base, "rating_orca": None, "variance_orca": None, **extra,
+                "orca_error": line["orca_error"], "orca_line": line.get("orca_line")}
+    out = {**base, **reference_fields({"mean": line["orca_mean"], "variance": line["orca_variance"]}, config)}
+    if clamped:
+        out["rating_orca_clamped"] = line["orca_score"]
+    ratings = line.get("ratings")
+    out["n_ratings"] = len(ratings) if isinstance(ratings, list) else 0
+    return out
+
+
 def output_key(obj: dict) -> tuple:
     return ("line", obj.get("orca_line")) if obj.get("orca_error") else ("id", obj.get("id"))
 
@@ -142,23 +184,83 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, s
     return resolved, resolved or "unresolved (default branch)"
 
 
-def load_model(model_id: str, revision: str | None = None, device=None, dtype: str | None = None):
-    """An ORCA model and its tokenizer from a folder or the Hub, in eval mode, in `dtype` (default: as saved).
-    Weights are read from safetensors files only: a checkpoint with only pickle-based `.bin`/`.pt` weights is
-    refused, never unpickled."""
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, model: bool = True, batch_size: int = 16) -> None:
+    """The flags every command that scores with an ORCA model shares, with the same names and defaults:
+    --model and --revision (unless `model=False`, e.g. orca-eval reads its models from run folders), --device,
+    --dtype, --batch-size and --quiet."""
+    if model:
+        parser.add_argument("--model", required=True, help="ORCA model folder (e.g. runs/x/final) or Hub id")
+        parser.add_argument("--revision", default=None,
+                            help="Hub branch, tag or commit hash; pin a commit with trust_remote_code "
+                                 "(default: the default branch; ignored for a folder)")
+    parser.add_argument("--device", default="auto",
+                        help="cpu, cuda, cuda:1, mps, ... (default: %(default)s = the GPU when there is one, else the CPU)")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                        help="weights and activations (default: %(default)s = as saved); bfloat16 on a GPU halves "
+                             "memory and time")
+    parser.add_argument("--batch-size", type=int, default=batch_size,
+                        help="token budget of one forward pass: N x 256 tokens, padding included, longest inputs "
+                             "first (about N inputs of 256 tokens, more shorter ones); on the CPU a pass holds at "
+                             "most the model's cpu_batch_tokens (1,024), so there N above 4 changes nothing "
+                             "(default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars; transformers and huggingface_hub print errors only (no warnings, "
+                             "no loading bars); this tool's own warnings still print")
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence (or restore) the logging and progress bars of transformers and huggingface_hub, and with `quiet`
+    Python warnings (the libraries' deprecation notices). Process-wide, so for command-line entry points only; this
+    tool's own warnings (`warning: ...` lines) and errors still print."""
+    import warnings
+
+    import huggingface_hub.utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    if quiet:
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        hub_utils.disable_progress_bars()
+        warnings.simplefilter("ignore")
+    else:
+        hf_logging.set_verbosity_warning()
+        hf_logging.enable_progress_bar()
+        hub_utils.enable_progress_bars()
+
+
+def resolve_device(device: str | None) -> str:
+    """`auto`/None -> cuda when available, else cpu; anything else as given."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_model(name_or_path: str, *, revision: str | None = None, device=None, dtype=None):
+    """The one loader of an ORCA model and its tokenizer (orca-score, orca-eval, orca-leaderboard): a folder or a
+    Hub id, in eval mode, on `device` (None: where it loads, the CPU; "auto": the GPU when there is one) in `dtype`
+    (None or "auto": as saved; a name such as "bfloat16" or a torch dtype). Weights are read from safetensors files
+    only: a checkpoint with only pickle-based `.bin`/`.pt` weights is refused, never unpickled. Problems the user
+    can fix (no such folder, Hub id or revision, not an ORCA model) raise `UsageError`."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    kwargs = {}
+    if dtype not in (None, "auto"):
+        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     try:
-        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True, **kwargs)
+        model = AutoModel.from_pretrained(name_or_path, trust_remote_code=True, revision=revision, use_safetensors=True, **kwargs)
     except OSError as err:  # no such folder, Hub id or revision: transformers' message says which
-        raise UsageError(f"--model {model_id}: {err}") from None
+        raise UsageError(f"--model {name_or_path}: {err}") from None
     if not hasattr(model, "predict"):
-        raise UsageError(f"{model_id}: {type(model).__name__} is not an ORCA model (no predict method)")
-    tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
+        raise UsageError(f"{name_or_path}: {type(model).__name__} is not an ORCA model (no predict method)")
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision, trust_remote_code=True)
     if device is not None:
-        model.to(device)
+        model.to(resolve_device(device))
     return model.eval(), tokenizer
 
 
@@ -311,9 +413,10 @@ def read_lines(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def finalise(output: Path, entries: list[Entry], plan: list[list[int]]) -> list[dict]:
+def finalise(output: Path, entries: list[Entry], plan: list[list[int]], convert=None) -> list[dict]:
     """Merge the shards in input order (checking that each holds exactly its planned entries) and put the result
-    in place."""
+    in place, each line passed through `convert` when given (the shards stay in this tool's own format, which
+    --resume reads); returns the lines in this tool's format."""
     count = len(plan)
     lines: list = [None] * len(entries)
     for k, indices in enumerate(plan):
@@ -324,12 +427,12 @@ def finalise(output: Path, entries: list[Entry], plan: list[list[int]]) -> list[
                                "(or lines out of order): the shard is incomplete")
         for i, line in zip(indices, shard):
             lines[i] = line
-    if count == 1 and plan[0] == list(range(len(entries))):
+    if convert is None and count == 1 and plan[0] == list(range(len(entries))):
         os.replace(shard_path(output, 0, 1), output)  # the partial file already is the output, in order
         return lines
     tmp = output.with_name(output.name + ".merge.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        write_chunk(fh, lines)
+        write_chunk(fh, lines if convert is None else [convert(line) for line in lines])
     os.replace(tmp, output)
     for k in range(count):
         shard_path(output, k, count).unlink()
@@ -345,33 +448,28 @@ def write_json_atomic(path: Path, data: dict) -> None:
 # ------------------------------------------------------------------------------------------------ summary
 
 
-def metrics_of(records: list[dict], means: list[float], preds: list[dict]) -> dict:
-    from eval_suite.metrics import compute_metrics
-
-    return compute_metrics(
-        means,
-        human_ratings=[r["ratings"] for r in records],
-        pred_variance=None if preds[0]["orca_variance"] is None else [p["orca_variance"] for p in preds],
-        pred_probs=None if preds[0]["orca_probs"] is None else [p["orca_probs"] for p in preds],
-    )
-
-
 def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tuple[dict, dict]:
     """(counts and system-level scores, metrics with and without clamping on the labelled lines)."""
+    from modeling_orca import rating_to_unit, unit_to_rating
+
     scored = [(e.record, line) for e, line in zip(entries, lines) if e.record is not None]
-    lo, span = config.rating_min, config.rating_max - config.rating_min
+    scale = (config.rating_min, config.rating_max)
     system = {
         "mean": _avg([line["orca_mean"] for _, line in scored]),
         "score": _avg([line["orca_score"] for _, line in scored]),
-        "score_unclamped": _avg([(line["orca_mean"] - lo) / span for _, line in scored]),
+        "score_unclamped": _avg([rating_to_unit(line["orca_mean"], *scale) for _, line in scored]),
     }
     rated = [(r, line) for r, line in scored if r["ratings"]]
     metrics: dict = {}
     if rated:
-        records, preds = [r for r, _ in rated], [line for _, line in rated]
-        metrics["unclamped"] = metrics_of(records, [p["orca_mean"] for p in preds], preds)
+        from eval_suite.metrics import prediction_metrics
+
+        ratings = [r["ratings"] for r, _ in rated]
+        preds = [{"mean": line["orca_mean"], "variance": line["orca_variance"], "probs": line["orca_probs"]} for _, line in rated]
+        metrics["unclamped"] = prediction_metrics(preds, ratings)
         if threshold is not None:
-            metrics["clamped"] = metrics_of(records, [lo + span * p["orca_score"] for p in preds], preds)
+            clamped = [unit_to_rating(line["orca_score"], *scale) for _, line in rated]
+            metrics["clamped"] = prediction_metrics(preds, ratings, means=clamped)
     system["human_mean"] = _avg([sum(r["ratings"]) / len(r["ratings"]) for r, _ in rated]) if rated else None
     return system, metrics
 
@@ -387,6 +485,18 @@ def over_max_chars(entries: list[Entry], max_chars: int) -> list[int]:
 
 def _avg(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def system_line(n: int, system: dict) -> str:
+    """The system-level result, with or without human ratings."""
+    if not n:
+        return "system: n=0 (no record scored)"
+    line = f"system: n={n}  mean rating {system['mean']:.4f} (1-5)  mean score {system['score']:.4f} ([0, 1])"
+    if system["score"] != system["score_unclamped"]:
+        line += f", unclamped {system['score_unclamped']:.4f}"
+    if system["human_mean"] is not None:
+        line += f"  human mean rating {system['human_mean']:.4f} (labelled lines)"
+    return line
 
 
 def print_metrics(metrics: dict) -> None:
@@ -411,13 +521,13 @@ def package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orca-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="ORCA model folder (e.g. runs/x/final) or Hub id")
-    p.add_argument("--revision", help="Hub branch, tag or commit (ignored for a folder)")
-    p.add_argument("--input", required=True, type=Path, help="JSONL records (project schema or the ORCA release format)")
+    add_model_arguments(p)
+    p.add_argument("--input", required=True, type=Path, help="JSONL records (fields below; also the reference release's format)")
     p.add_argument("--output", required=True, type=Path, help="JSONL, one line per non-blank input line, in order")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                   help="weights and activations (default: as saved); bfloat16 on a GPU halves memory and time")
+    p.add_argument("--output-format", choices=("orca", "reference"), default="orca",
+                   help="orca: orca_mean/orca_variance (1-5 scale), orca_probs, orca_score; reference: the reference "
+                        "release's rating_orca (mean on [0, 1]), variance_orca (on [0, 1]: 1/16 of the 1-5 "
+                        "variance; 0.0 for a bernoulli head) and n_ratings (default: %(default)s)")
     p.add_argument("--clamp", default="config", metavar="auto|THRESHOLD|off",
                    help="clamp confident scores to 0/1: auto = the model config's clamp_variance_threshold, a number "
                         "= that variance threshold (1-5 scale), off = never; default: as the model config says")
@@ -427,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a line that fails validation: stop with exit code 2 (raise) or write it with orca_error set (skip)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its .partial/.shard files")
     p.add_argument("--chunk-size", type=int, default=256, help="records scored and appended to the partial file at a time")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (--quiet implies it)")
     return p
 
 
@@ -456,7 +566,9 @@ def run(args) -> dict | None:
         raise UsageError(f"{partial} exists (an interrupted run): pass --resume to continue it, or delete it")
 
     load_revision, revision_id = resolve_revision(args.model, args.revision)
-    model, tokenizer = load_model(args.model, load_revision, device=state.device, dtype=args.dtype)
+    # --device auto: the process's own device (cuda:N under accelerate launch, else the CPU)
+    device = state.device if args.device == "auto" else args.device
+    model, tokenizer = load_model(args.model, revision=load_revision, device=device, dtype=args.dtype)
     model_config = model.config.to_dict()  # as saved, before the clamp switch below
     config_clamp = model.config.clamp
     # the threshold is passed to predict explicitly; with config.clamp left on, predict would clamp under --clamp
@@ -472,12 +584,15 @@ def run(args) -> dict | None:
     else:
         partial.parent.mkdir(parents=True, exist_ok=True)
         partial.write_bytes(b"")
-    score_entries(mine, partial, start, model, tokenizer, args, threshold, show_progress=state.is_main_process and not args.no_progress)
+    score_entries(mine, partial, start, model, tokenizer, args, threshold, show_progress=state.is_main_process and not (args.no_progress or args.quiet))
 
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    lines = finalise(args.output, entries, plan)
+    convert = None
+    if args.output_format == "reference":
+        convert = functools.partial(reference_line, config=model.config, clamped=threshold is not None)
+    lines = finalise(args.output, entries, plan, convert)
     system, metrics = summarise(entries, lines, model.config, threshold)
     errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
     long_lines = over_max_chars(entries, model.config.max_chars)
@@ -497,6 +612,7 @@ def run(args) -> dict | None:
         "config": {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "model": model_config},
         "seconds": round(time.time() - started, 2),
     }
+    print(system_line(summary["counts"]["scored"], system))
     if metrics:
         print_metrics(metrics)
     if errors:
@@ -513,6 +629,7 @@ def run(args) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    set_quiet(args.quiet)
     try:
         run(args)
     except UsageError as err:

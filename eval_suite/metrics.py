@@ -252,3 +252,121 @@ def _bootstrap_ci(metrics_on, point: dict, n: int, n_boot: int, confidence: floa
             low, high = np.quantile(samples[k], [alpha, 1.0 - alpha])
             ci[k] = (float(low), float(high))
     return ci
+
+
+def prediction_metrics(preds: Sequence[dict], human_ratings: Sequence[Sequence[int]], *, means=None, **kwargs) -> dict:
+    """`compute_metrics` of `predict` outputs (dicts with `mean`, `variance`, `probs`; None where the head has
+    none) against the human ratings of the same items: the one adapter of training, orca-score, orca-eval and the
+    leaderboard. `means` replaces the predicted means (e.g. clamped scores mapped back to 1-5); other keyword
+    arguments go to `compute_metrics` (bootstrap, ...)."""
+    preds = list(preds)
+    if not preds:
+        raise ValueError("no predictions to compare")
+    has_variance = all(p.get("variance") is not None for p in preds)
+    has_probs = all(p.get("probs") is not None for p in preds)
+    return compute_metrics(
+        [p["mean"] for p in preds] if means is None else means,
+        human_ratings=human_ratings,
+        pred_variance=[p["variance"] for p in preds] if has_variance else None,
+        pred_probs=[p["probs"] for p in preds] if has_probs else None,
+        **kwargs,
+    )
+
+
+def baseline_metrics(records: Sequence[dict], names: Sequence[str], **kwargs) -> dict[str, dict]:
+    """`compute_metrics` of each named baseline of `eval_suite.baselines` (scores on [0, 1], mapped to 1-5)
+    on the records that have human ratings: the one baseline helper of training and orca-eval."""
+    from eval_suite.baselines import BASELINES
+    from modeling_orca import unit_to_rating
+
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; known: {', '.join(BASELINES)}")
+    rated = [r for r in records if r.get("ratings")]
+    ratings = [r["ratings"] for r in rated]
+    return {name: compute_metrics(unit_to_rating(np.asarray(BASELINES[name](rated), dtype=float)),
+                                  human_ratings=ratings, **kwargs)
+            for name in names}
+
+
+# ------------------------------------------------------------------------------------------------ judges side by side
+
+AGREEMENT_KEYS = ("spearman", "kendall", "mae_mean", "roc_auc", "calibration_error")
+
+
+def mean_calibration(pred_mean: np.ndarray, human_mean: np.ndarray, edges=(1.0, 1.5, 2.5, 3.5, 4.5, 5.0)) -> dict:
+    """Reliability of the predicted mean: items binned by predicted mean (default: to the nearest rating); per
+    non-empty bin the mean prediction, the mean human rating and the count, and the calibration error
+    sum_b n_b / n |mean pred_b - mean human_b| (on 1-5; 0 = every bin's humans agree on average)."""
+    pred_mean, human_mean = np.asarray(pred_mean, dtype=float), np.asarray(human_mean, dtype=float)
+    which = np.clip(np.searchsorted(np.asarray(edges), pred_mean, side="right") - 1, 0, len(edges) - 2)
+    bins, error = [], 0.0
+    for b in range(len(edges) - 1):
+        mask = which == b
+        if mask.any():
+            p, h = float(pred_mean[mask].mean()), float(human_mean[mask].mean())
+            bins.append({"low": float(edges[b]), "high": float(edges[b + 1]), "n": int(mask.sum()), "pred": p, "human": h})
+            error += mask.sum() / pred_mean.size * abs(p - h)
+    return {"bins": bins, "calibration_error": float(error) if pred_mean.size else None}
+
+
+def _agreement_point(pred: np.ndarray, human: np.ndarray, correct: np.ndarray) -> dict:
+    return {
+        "spearman": spearman(pred, human),
+        "kendall": kendall(pred, human),
+        "mae_mean": float(np.mean(np.abs(pred - human))) if pred.size else None,
+        "roc_auc": roc_auc(correct, pred),
+        "calibration_error": mean_calibration(pred, human)["calibration_error"],
+    }
+
+
+def judge_agreement(
+    judges: dict[str, Sequence[float]],
+    human_mean,
+    *,
+    correct_threshold: float = 4.0,
+    bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    reference: str | None = None,
+) -> dict:
+    """Several judges' mean ratings (1-5) against the human mean on the same items, with paired bootstrap intervals.
+
+    Per judge: `spearman`, `kendall` (tau-b), `mae_mean`, `roc_auc` (correct = human mean >= `correct_threshold`,
+    so on a 5 / 3 / 1 scale "possibly correct" counts as not correct), `calibration_error` and `calibration` (the
+    reliability bins of :func:`mean_calibration`), and `ci`: {metric: (low, high)}. Every judge is resampled with
+    the same item draws, so with `reference` (a judge name) each other judge also gets `diff_ci`: the interval of
+    (its metric - the reference's), an interval that excludes 0 says the two judges differ on that set.
+    """
+    human = _vector("human_mean", human_mean)
+    preds = {name: _vector(name, values, human.size) for name, values in judges.items()}
+    if reference is not None and reference not in preds:
+        raise ValueError(f"reference judge {reference!r} is not among {list(preds)}")
+    correct = human >= correct_threshold
+    out = {}
+    for name, pred in preds.items():
+        out[name] = {"n": int(human.size), **_agreement_point(pred, human, correct),
+                     "calibration": mean_calibration(pred, human)["bins"]}
+    if bootstrap > 0 and human.size:
+        rng = np.random.default_rng(seed)
+        draws: dict[str, dict[str, list]] = {name: {k: [] for k in AGREEMENT_KEYS} for name in preds}
+        diffs: dict[str, dict[str, list]] = {name: {k: [] for k in AGREEMENT_KEYS} for name in preds}
+        for _ in range(bootstrap):
+            idx = rng.integers(0, human.size, size=human.size)
+            points = {name: _agreement_point(pred[idx], human[idx], correct[idx]) for name, pred in preds.items()}
+            for name, point in points.items():
+                for k in AGREEMENT_KEYS:
+                    if point[k] is not None:
+                        draws[name][k].append(point[k])
+                        if reference is not None and name != reference and points[reference][k] is not None:
+                            diffs[name][k].append(point[k] - points[reference][k])
+        alpha = (1.0 - confidence) / 2.0
+
+        def interval(values):
+            return tuple(float(q) for q in np.quantile(values, [alpha, 1.0 - alpha])) if values else None
+
+        for name in preds:
+            out[name]["ci"] = {k: interval(draws[name][k]) if out[name][k] is not None else None for k in AGREEMENT_KEYS}
+            if reference is not None and name != reference:
+                out[name]["diff_ci"] = {k: interval(diffs[name][k]) for k in AGREEMENT_KEYS}
+    return out

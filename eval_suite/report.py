@@ -24,6 +24,8 @@ import numpy as np
 import yaml
 
 from configuration_orca import TEMPLATE_FIELDS
+from eval_suite.cli import add_model_arguments, set_quiet
+from eval_suite.metrics import baseline_metrics, compute_metrics, prediction_metrics
 
 METRICS = ("spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
 SHORT = {"spearman": "Spearman", "kendall": "Kendall", "mae_mean": "MAE", "mae_variance": "MAE var", "nll": "NLL", "roc_auc": "ROC AUC"}
@@ -129,12 +131,6 @@ class Result:
     metrics: dict = field(default_factory=dict)
 
 
-def orca_metrics(mean, ratings, variance=None, probs=None) -> dict:
-    from eval_suite.metrics import compute_metrics
-
-    return compute_metrics(mean, human_ratings=ratings, pred_variance=variance, pred_probs=probs)
-
-
 def make_result(run, test_set, data_key, records, preds, baselines) -> Result:
     pairs = [(r, p) for r, p in zip(records, preds) if r.get("ratings")]
     if not pairs:
@@ -150,15 +146,8 @@ def make_result(run, test_set, data_key, records, preds, baselines) -> Result:
         probs=[p["probs"] for _, p in pairs] if has_probs else None,
         baselines=baselines,
     )
-    result.metrics = orca_metrics(result.mean, result.ratings, result.variance, result.probs)
+    result.metrics = prediction_metrics([p for _, p in pairs], result.ratings)
     return result
-
-
-def baseline_metrics(records: list[dict], names) -> dict[str, dict]:
-    from eval_suite.baselines import BASELINES, score_to_mean
-
-    rated = [r for r in records if r.get("ratings")]
-    return {name: orca_metrics(list(score_to_mean(BASELINES[name](rated))), [r["ratings"] for r in rated]) for name in names}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -204,15 +193,13 @@ def own_test(run: Run, baseline_names, notes: list[str]) -> Result:
     return make_result(run, test_set, data_key, records, preds, baselines)
 
 
-def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch_size: int, notes: list[str]) -> list[Result]:
+def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch_size: int, notes: list[str],
+                  device: str = "auto", dtype: str = "auto") -> list[Result]:
     if not test_files:
         return [own_test(run, baseline_names, notes) for run in runs]
-    import torch
-
     from dataset_builder.readers import read_records
     from eval_suite.cli import load_model
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     tests = {path: read_records(path).records for path in test_files}
     names = list(baseline_names) if baseline_names is not None else list(DEFAULT_BASELINES)
     base = {path: baseline_metrics(records, names) for path, records in tests.items()}
@@ -220,7 +207,7 @@ def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch
     for run in runs:
         if not (run.path / "final").is_dir():
             raise ReportError(f"{run.path}: no final/ model folder to score --test-file with")
-        model, tokenizer = load_model(str(run.path / "final"), device=device)
+        model, tokenizer = load_model(str(run.path / "final"), device=device, dtype=dtype)
         for path, records in tests.items():
             preds = model.predict(records, tokenizer, batch_size=batch_size)
             results.append(make_result(run, path.stem, str(path.resolve()), records, preds, base[path]))
@@ -326,7 +313,7 @@ def answerer_table(by_system) -> tuple[Table, dict]:
                 for i, name in enumerate(r.answerers):
                     by_answerer[name].append((r.mean[i], r.ratings[i]))
             for name, items in sorted(by_answerer.items()):
-                m = orca_metrics([x[0] for x in items], [x[1] for x in items])
+                m = compute_metrics([x[0] for x in items], human_ratings=[x[1] for x in items])
                 pooled[(label, test_set, name)] = m
                 rows.append([label, test_set, name, m["n"], *["-" if m[k] is None else f"{m[k]:.3f}" for k in ("spearman", "kendall", "mae_mean")]])
                 data.append({"system": label, "test_set": test_set, "answerer": name, **m})
@@ -479,6 +466,196 @@ def make_plots(by_system, pooled_answerers: dict, test_sets: list[str], out: Pat
     return files
 
 
+# ------------------------------------------------------------------------------------------------ out of domain
+
+OOD_BASELINES = ("contains", "token_f1", "embedding_cosine")
+SHORT_ANSWER_WORDS = 5  # a span answer has at most this many words; longer ones are sentences
+SLICE_BOOTSTRAP = 200  # resamples for slices (whole sets get the full count): enough for a rough interval
+
+
+def ood_slices(records: list[dict]) -> dict[str, np.ndarray]:
+    """Boolean masks of the slices reported per set: all; short span vs sentence answers; one reference alias vs
+    many; each answering model. A slice equal to the whole set or empty is left out."""
+    n = len(records)
+    words = np.array([len(r["candidate"].split()) for r in records])
+    aliases = np.array([len(r["reference"]) for r in records])
+    slices = {
+        "all": np.ones(n, dtype=bool),
+        f"short (<= {SHORT_ANSWER_WORDS} words)": words <= SHORT_ANSWER_WORDS,
+        f"sentence (> {SHORT_ANSWER_WORDS} words)": words > SHORT_ANSWER_WORDS,
+        "one alias": aliases == 1,
+        "many aliases": aliases > 1,
+    }
+    for answerer in sorted({r.get("answerer") or "unknown" for r in records}):
+        slices[f"answerer {answerer}"] = np.array([(r.get("answerer") or "unknown") == answerer for r in records])
+    return {name: mask for name, mask in slices.items() if name == "all" or 0 < mask.sum() < n}
+
+
+def distribution_median(probs) -> np.ndarray:
+    """The median rating of each predicted distribution (n, 5): the smallest rating whose cumulative probability
+    reaches 1/2. Against a single human rating per item it is the statistic that minimises the expected absolute
+    error; the mean is the one for the mean of many raters."""
+    cum = np.cumsum(np.asarray(probs, dtype=float), axis=1)
+    return 1.0 + np.argmax(cum >= 0.5 - 1e-9, axis=1)
+
+
+def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baselines=OOD_BASELINES, bootstrap: int = 1000,
+               slice_bootstrap: int = SLICE_BOOTSTRAP, seed: int = 0) -> dict:
+    """ORCA beside the baselines on each set and its slices (:func:`ood_slices`).
+
+    ``sets``: name -> (records with ratings, ORCA's predicted means in the same order, or a dict of named ORCA
+    statistics whose first entry is the mean, e.g. {"orca": means, "orca_median": medians}). Returns
+    {set: {slice: judge_agreement(...)}}: every judge on the same items, ORCA (the first) as the reference of the
+    paired differences (a baseline's ``diff_ci`` is baseline - ORCA)."""
+    from eval_suite.baselines import BASELINES, score_to_mean
+    from eval_suite.metrics import judge_agreement
+
+    out = {}
+    for set_name, (records, orca_mean) in sets.items():
+        human = np.array([sum(r["ratings"]) / len(r["ratings"]) for r in records])
+        own = orca_mean if isinstance(orca_mean, dict) else {"orca": orca_mean}
+        judges = {name: np.asarray(values, dtype=float) for name, values in own.items()}
+        if any(len(v) != len(records) for v in judges.values()):
+            raise ValueError(f"{set_name}: {len(records)} records but {[len(v) for v in judges.values()]} predictions")
+        first = next(iter(judges))
+        judges.update({name: score_to_mean(BASELINES[name](records)) for name in baselines})
+        out[set_name] = {}
+        for slice_name, mask in ood_slices(records).items():
+            out[set_name][slice_name] = judge_agreement(
+                {name: pred[mask] for name, pred in judges.items()}, human[mask], reference=first, seed=seed,
+                bootstrap=bootstrap if slice_name == "all" else slice_bootstrap)
+    return out
+
+
+def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int = 0, batch_size: int = 16,
+                   in_domain: tuple[list[dict], list[dict]] | None = None, baselines=OOD_BASELINES,
+                   bootstrap: int = 1000, show_progress: bool = False, keep_predictions: bool = False,
+                   max_items: int | None = None) -> dict:
+    """Score the out-of-domain sets (``dataset_builder.configs.ood_sets``) with ``model.predict`` and compare with
+    the baselines; ``in_domain`` = (test records, their ``predict`` outputs) already scored is put first, as
+    ``in_domain_test``. ORCA appears as ``orca`` (the predicted mean) and, for heads with a distribution, as
+    ``orca_median`` (:func:`distribution_median`). ``keep_predictions`` adds ``predictions``: per out-of-domain set,
+    one {id, ratings, mean, variance, probs} per record, in order. ``max_items``: score a seeded sample of at most
+    this many items of each out-of-domain set (kept in order; the sizes are in the result's ``n``)."""
+    from dataset_builder.configs import ood_sets
+
+    def statistics(preds: list[dict]) -> dict:
+        out = {"orca": [p["mean"] for p in preds]}
+        if preds and preds[0].get("probs") is not None:
+            out["orca_median"] = list(distribution_median([p["probs"] for p in preds]))
+        return out
+
+    sets, kept = {}, {}
+    if in_domain is not None:
+        sets["in_domain_test"] = (in_domain[0], statistics(in_domain[1]))
+    for name, records in ood_sets(data_dir=data_dir, fold=fold, seed=seed).items():
+        if max_items and len(records) > max_items:
+            keep = set(np.random.default_rng([seed, len(records)]).choice(len(records), max_items, replace=False).tolist())
+            records = [r for i, r in enumerate(records) if i in keep]
+        preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=show_progress)
+        sets[name] = (records, statistics(preds))
+        kept[name] = [{"id": r["id"], "ratings": r["ratings"], "mean": p["mean"], "variance": p["variance"],
+                       "probs": p["probs"]} for r, p in zip(records, preds)]
+    return {"sets": judge_sets(sets, baselines=baselines, bootstrap=bootstrap, seed=seed),
+            "baselines": list(baselines), "bootstrap": bootstrap, "slice_bootstrap": SLICE_BOOTSTRAP,
+            "fold": fold, "seed": seed, "max_items": max_items, **({"predictions": kept} if keep_predictions else {})}
+
+
+def _with_ci(m: dict, key: str) -> str:
+    value, ci = m.get(key), (m.get("ci") or {}).get(key)
+    if value is None:
+        return "-"
+    return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.3f}"
+
+
+def ood_markdown(ood: dict, *, slices: bool = True) -> str:
+    """Markdown tables of :func:`ood_evaluation`: one row per set and judge (whole sets), then the slices."""
+    keys = ("spearman", "kendall", "mae_mean", "roc_auc", "calibration_error")
+    head = ["set", "n", "judge", "Spearman", "Kendall", "MAE (1-5)", "ROC-AUC", "calib. error"]
+    rows = []
+    for set_name, per_slice in ood["sets"].items():
+        judges = per_slice["all"]
+        for judge, m in judges.items():
+            rows.append([set_name, m["n"], f"**{judge}**" if judge == "orca" else judge] + [_with_ci(m, k) for k in keys])
+    parts = [md_table(head, rows)]
+    if slices:
+        srows = []
+        for set_name, per_slice in ood["sets"].items():
+            for slice_name, judges in per_slice.items():
+                if slice_name == "all":
+                    continue
+                for judge, m in judges.items():
+                    srows.append([set_name, slice_name, m["n"], judge] + [_with_ci(m, k) for k in ("spearman", "mae_mean", "roc_auc")])
+        parts.append(md_table(["set", "slice", "n", "judge", "Spearman", "MAE (1-5)", "ROC-AUC"], srows))
+    return "\n\n".join(parts)
+
+
+def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int) -> dict:
+    """orca-eval --ood: each run's final/ model on the out-of-domain sets of its own fold."""
+    import torch
+
+    from eval_suite.cli import load_model
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = {}
+    for run in runs:
+        if not (run.path / "final").is_dir():
+            raise ReportError(f"{run.path}: no final/ model folder to score the out-of-domain sets with")
+        d = run.config.get("data", {})
+        in_domain = None
+        preds_file = run.path / "test_predictions.jsonl"
+        if preds_file.exists():
+            test = [p for p in read_jsonl(preds_file) if p.get("ratings")]
+            in_domain = (test_records_of(run, test), test)
+        model, tokenizer = load_model(str(run.path / "final"), device=device)
+        results[run.name] = ood_evaluation(model, tokenizer, data_dir=d.get("data_dir"), fold=d.get("fold") or 0,
+                                           seed=d.get("seed") or 0, batch_size=batch_size, in_domain=in_domain,
+                                           bootstrap=bootstrap)
+        del model
+        make_calibration_plot(results[run.name], out / f"calibration_{slug(run.name)}.png", run.name)
+    return results
+
+
+def test_records_of(run: Run, preds: list[dict]) -> list[dict]:
+    """The run's test records (for the baselines and slices), in the order of its test_predictions.jsonl."""
+    stages = [(n, s) for n, s in run.config["stages"].items() if n not in run.config.get("skip_stages", [])]
+    stage = stages[-1][1]
+    if stage.get("files", {}).get("test"):
+        from dataset_builder.readers import read_records
+
+        by_id = {r["id"]: r for r in read_records(stage["files"]["test"]).records}
+    else:
+        from dataset_builder import load_config
+
+        d = run.config.get("data", {})
+        split = load_config(stage["dataset"], scenario=d.get("scenario", "A"), fold=d.get("fold") or 0,
+                            data_dir=d.get("data_dir"), seed=d.get("seed") or 0)["test"]
+        by_id = {r["id"]: r for r in split.to_list()}
+    missing = [p["id"] for p in preds if p["id"] not in by_id]
+    if missing:
+        raise ReportError(f"{run.path}: {len(missing)} test predictions have no test record, e.g. {missing[:3]}")
+    return [by_id[p["id"]] for p in preds]
+
+
+def make_calibration_plot(ood: dict, path: Path, title: str) -> None:
+    """Reliability diagram of the predicted mean: per set, mean human rating against mean prediction per bin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([1, 5], [1, 5], "k--", lw=1, label="calibrated")
+    for set_name, per_slice in ood["sets"].items():
+        bins = per_slice["all"]["orca"]["calibration"]
+        ax.plot([b["pred"] for b in bins], [b["human"] for b in bins], "o-", label=set_name)
+    ax.set(xlabel="predicted mean rating (bin mean)", ylabel="human mean rating", xlim=(0.8, 5.2), ylim=(0.8, 5.2),
+           title=f"{title}: calibration of the mean")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.14), frameon=False)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 
@@ -489,7 +666,8 @@ def build_report(args) -> dict:
         if names.count(r.name) > 1:  # two folders with one name: use the path given
             r.name = str(r.path)
     notes: list[str] = []
-    results = score_results(runs, [Path(p) for p in args.test_file], args.baselines, args.batch_size, notes)
+    results = score_results(runs, [Path(p) for p in args.test_file], args.baselines, args.batch_size, notes,
+                            getattr(args, "device", "auto"), getattr(args, "dtype", "auto"))
     test_sets = list(dict.fromkeys(r.test_set for r in results))
     by_system = systems(results, runs)
     answerer, pooled = answerer_table(by_system)
@@ -511,6 +689,14 @@ def build_report(args) -> dict:
     run_rows = [[r.name, str(r.path), r.config["model"].get("score_type"), r.fold, curriculum(r.config)] for r in runs]
     md = ["# ORCA evaluation report", "", md_table(["run", "path", "head", "fold", "curriculum"], run_rows), ""]
     md += [t.markdown() for t in tables]
+    ood = ood_for_runs(runs, args.batch_size, out, args.bootstrap) if getattr(args, "ood", False) else {}
+    for name, result in ood.items():
+        plots.append(f"calibration_{slug(name)}.png")
+        md += [f"## Out-of-domain sets: {name}", "",
+               f"The in-domain test and sets no training stage read, every judge on the same items; [low, high] = "
+               f"95 % bootstrap interval ({result['bootstrap']} resamples, {result['slice_bootstrap']} for slices); "
+               "ROC-AUC: correct = human mean >= 4; calib. error: calibration error of the mean (1-5).", "",
+               ood_markdown(result), ""]
     md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
@@ -523,6 +709,7 @@ def build_report(args) -> dict:
         "tables": {t.title: t.data for t in tables},
         "plots": plots,
         "notes": notes,
+        "ood": ood,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
@@ -536,12 +723,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baselines", nargs="*", default=None,
                    help="baselines beside ORCA (default: those in each run's metrics.json, or "
                         f"{' '.join(DEFAULT_BASELINES)} with --test-file)")
-    p.add_argument("--batch-size", type=int, default=16)
+    add_model_arguments(p, model=False)  # --device, --dtype, --batch-size, --quiet as in orca-score
+    p.add_argument("--ood", action="store_true",
+                   help="also score each run's final/ model on the out-of-domain sets (EVOUNA-NQ held-out answerers, "
+                        "NQ-open graded predictions, NQ-open SAS pairs) beside the in-domain test, with baselines")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the --ood intervals")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    set_quiet(args.quiet)
     if args.baselines:
         from eval_suite.baselines import BASELINES
 

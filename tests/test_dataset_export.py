@@ -3,10 +3,11 @@ import json
 
 import datasets
 import pytest
+from huggingface_hub import DatasetCard
 
 from dataset_builder import CONFIGS, FEATURES, load_config
 from dataset_builder.__main__ import main
-from dataset_builder.export import build_repo
+from dataset_builder.export import build_repo, size_category
 from dataset_builder.fixtures import write_public_fixture, write_release_dir
 from dataset_builder.hf_builder import OrcaDataset
 
@@ -50,6 +51,11 @@ def test_card_and_stats(repo):
     for name in CONFIGS:
         assert f"`{name}`" in card
     assert "not for redistribution" in card and "Apache-2.0" in card
+    data = DatasetCard(card).data  # the YAML through huggingface_hub's DatasetCardData
+    records = sum(c["summary"]["records"] for c in stats["configs"].values())
+    assert data.size_categories == [size_category(records)] and data.pretty_name == "ORCA correctness ratings"
+    assert {"apache-2.0", "cc-by-sa-4.0", "other"} <= set(data.license) and "license_name" in data.to_dict()
+    assert 'load_dataset("<this repo>"' in card and "@article{sedlacek2025orca" in card
     assert stats["configs"]["s3_evouna_nq"]["read_skipped"]["NQ.json"] == {"improper question": 3, "null verdict": 1}
     assert stats["configs"]["s3_mmau_pro"]["filtered"] == {"flagged": 4}
     assert stats["configs"]["s1_synthetic"]["summary"]["alpha_interval"] > 0.5
@@ -75,7 +81,14 @@ def test_for_upload_leaves_out_unlicensed_sources(dirs, tmp_path):
     assert not (tmp_path / "data" / "s3_mmau_pro").exists()  # release file has no licence
     assert (tmp_path / "data" / "s2_benchmark_B4").is_dir() and (tmp_path / "data" / "sas_A4").is_dir()
     assert not (tmp_path / "data" / "sas_B0").exists()  # SAS answerers are unknown: no scenario B
-    assert "left out of this export" in (tmp_path / "README.md").read_text()
+    card = (tmp_path / "README.md").read_text()
+    assert "left out of this export" in card
+    assert set(DatasetCard(card).data.license) == {"apache-2.0", "cc-by-sa-4.0", "cc-by-sa-3.0", "cc-by-4.0"}
+
+
+def test_size_categories():
+    assert [size_category(n) for n in (0, 999, 1000, 54_321, 100_000, 2_000_000)] == [
+        "n<1K", "n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M"]
 
 
 def test_generator_based_builder_matches_load_config(dirs, tmp_path):

@@ -40,6 +40,24 @@ def test_s1_mixes_styles_and_rates_correctness_not_style():
     assert np.mean(var["partial"]) > np.mean(var["exact"]) > 0
 
 
+def test_s1_styles_judges_meet():
+    """Answers that mention the reference while asserting another one, the reverse, lists, neighbouring questions'
+    answers and long alias lists are all there, rated from what is asserted."""
+    recs = generate_s1(3000, seed=0)
+    by_mode = defaultdict(list)
+    for r in recs:
+        by_mode[json.loads(r["metadata"])["mode"]].append(r)
+    mean = {m: np.mean([np.mean(r["ratings"]) for r in rs]) for m, rs in by_mode.items()}
+    assert mean["reject_wrong"] > 4.0 and mean["reject_right"] < 2.0
+    assert 1.5 < mean["list"] < 3.0 and mean["neighbour"] < 1.6
+    lowered = [(r["candidate"].lower(), [a.lower() for a in r["reference"]]) for r in by_mode["reject_right"]]
+    # a wrong answer that names the reference: the string match a baseline would count as correct
+    assert np.mean([any(a in c for a in refs) for c, refs in lowered]) > 0.7
+    var = {m: np.mean([np.var(r["ratings"]) for r in rs]) for m, rs in by_mode.items()}
+    assert var["list"] > var["exact"] and var["hedge"] > var["exact"]
+    assert np.mean([len(r["reference"]) >= 5 for r in recs]) > 0.05
+
+
 def test_number_words():
     assert number_words(291) == "two hundred ninety-one"
     assert number_words(1000) == "one thousand" and number_words(14) == "fourteen"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval_suite.clamping import clamp_scores, mean_to_score01, score01_to_mean, tune_clamp_threshold
+from eval_suite.clamping import clamp_scores, tune_clamp_threshold
+from modeling_orca import rating_to_unit, unit_to_rating
 
 
 def test_clamp_scores_gates_on_margin_and_variance():
@@ -20,8 +21,8 @@ def test_clamp_scores_gates_on_margin_and_variance():
 
 
 def test_scale_conversions_round_trip():
-    np.testing.assert_allclose(mean_to_score01([1, 3, 5]), [0, 0.5, 1])
-    np.testing.assert_allclose(score01_to_mean(mean_to_score01([1.7, 4.2])), [1.7, 4.2])
+    np.testing.assert_allclose(rating_to_unit(np.array([1, 3, 5])), [0, 0.5, 1])
+    np.testing.assert_allclose(unit_to_rating(rating_to_unit(np.array([1.7, 4.2]))), [1.7, 4.2])
 
 
 def synthetic_dev(seed: int = 0):

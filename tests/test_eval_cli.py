@@ -101,7 +101,7 @@ def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir
     assert [o["id"] for o in out] == [x["id"] for x in lines]
     assert all(o["note"] == x["note"] and o["orca_error"] is None for o, x in zip(out, lines))
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True)
-    expected = model.predict([validate_record(x) for x in lines], AutoTokenizer.from_pretrained(model_dir))
+    expected = model.predict([validate_record(x) for x in lines], AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True))
     np.testing.assert_allclose([o["orca_mean"] for o in out], [p["mean"] for p in expected], atol=1e-5)
     np.testing.assert_allclose([o["orca_probs"] for o in out], [p["probs"] for p in expected], atol=1e-5)
     np.testing.assert_allclose([o["orca_score"] for o in out], [(o["orca_mean"] - 1) / 4 for o in out], atol=1e-9)
@@ -281,7 +281,7 @@ def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
 
     dev_lines = make_lines(40, 6)
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True)
-    preds = model.predict([validate_record(x) for x in dev_lines], AutoTokenizer.from_pretrained(model_dir))
+    preds = model.predict([validate_record(x) for x in dev_lines], AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True))
     for line, p in zip(dev_lines, preds):  # humans side with the model's call: clamping confident items pays off
         line["ratings"] = [5, 5, 5] if p["mean"] >= 3 else [1, 1, 1]
     dev = write_jsonl(tmp_path / "dev.jsonl", dev_lines)
@@ -372,8 +372,49 @@ def test_dtype_bfloat16_loads_and_scores_close_to_float32(tmp_path, model_dir):
     inp = write_jsonl(tmp_path / "in.jsonl", make_lines(6, 3))
     full = score(model_dir, inp, tmp_path / "f32.jsonl", "--clamp", "off")
     half = score(model_dir, inp, tmp_path / "bf16.jsonl", "--clamp", "off", "--dtype", "bfloat16")
-    assert half["config"]["args"]["dtype"] == "bfloat16" and full["config"]["args"]["dtype"] is None
+    assert half["config"]["args"]["dtype"] == "bfloat16" and full["config"]["args"]["dtype"] == "auto"
     f32, bf16 = read_jsonl(tmp_path / "f32.jsonl"), read_jsonl(tmp_path / "bf16.jsonl")
     assert [o["id"] for o in bf16] == [o["id"] for o in f32]
     diffs = [abs(a["orca_mean"] - b["orca_mean"]) for a, b in zip(f32, bf16)]
     assert max(diffs) < 0.1 and any(d > 0 for d in diffs)  # bf16 really ran: close to float32, not equal
+
+
+# ------------------------------------------------------------------------------------------------ shared flags
+
+
+def test_model_flags_are_shared_with_visible_defaults_and_help_lists_the_input_fields(capsys):
+    from eval_suite import report
+
+    for parser in (cli.build_parser(), report.build_parser()):
+        text = parser.format_help()
+        for flag in ("--device", "--dtype", "--batch-size", "--quiet"):
+            assert flag in text, (parser.prog, flag)
+        assert "(default: auto = the GPU" in text and "(default: 16)" in text
+    text = " ".join(cli.build_parser().format_help().split())
+    for words in ("required id (unique string), question, reference", "optional rationale", "ratings",
+                  'example {"id": "q1-a"', "--output-format"):
+        assert words in text, words
+
+
+def test_system_line_without_ratings_and_quiet_silences_libraries(tmp_path, model_dir, capfd):
+    from transformers.utils import logging as hf_logging
+
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(5, 3, labelled=False))
+    try:
+        assert cli.main(["--model", str(model_dir), "--input", str(inp), "--output", str(tmp_path / "out.jsonl"),
+                         "--quiet"]) == 0
+        assert hf_logging.get_verbosity() == hf_logging.ERROR and not hf_logging.is_progress_bar_enabled()
+    finally:
+        cli.set_quiet(False)
+    out, err = capfd.readouterr()
+    means = [o["orca_mean"] for o in read_jsonl(tmp_path / "out.jsonl")]
+    scores = [o["orca_score"] for o in read_jsonl(tmp_path / "out.jsonl")]
+    line = next(x for x in out.splitlines() if x.startswith("system:"))
+    assert f"n=5  mean rating {sum(means) / 5:.4f} (1-5)  mean score {sum(scores) / 5:.4f}" in line
+    assert "human mean" not in line and "| scores |" not in out  # no ratings: no metric table
+    assert "Loading weights" not in err and "orca-score:" not in err and "%|" not in err, err[-500:]
+
+
+def test_load_model_refuses_what_is_not_an_orca_model(tmp_path):
+    with pytest.raises(cli.UsageError, match="--model"):
+        cli.load_model(str(tmp_path / "missing"))

@@ -121,7 +121,7 @@ def test_report_scores_a_test_file_with_each_final_model(runs, tmp_path):
 
     records = read_records(test_file).records
     model = AutoModel.from_pretrained(runs["f1"] / "final", trust_remote_code=True)
-    preds = model.predict(records, AutoTokenizer.from_pretrained(runs["f1"] / "final"))
+    preds = model.predict(records, AutoTokenizer.from_pretrained(runs["f1"] / "final", trust_remote_code=True))
     expected = compute_metrics([p["mean"] for p in preds], human_ratings=[r["ratings"] for r in records])
     row = next(r for r in tables["Per run"] if r["run"] == "multi-f1")
     assert row["test_set"] == "test-f0" and row["n"] == 18
@@ -132,3 +132,30 @@ def test_missing_run_folder_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         report.main(["--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2 and "no run_config.yaml" in capsys.readouterr().err
+
+
+def test_report_ood_scores_each_final_model_on_the_out_of_domain_sets(runs, tmp_path):
+    from scipy import stats
+
+    from dataset_builder.configs import ood_sets
+    from dataset_builder.fixtures import write_public_fixture
+
+    data = write_public_fixture(tmp_path / "data", n=40)
+    run = tmp_path / "run"
+    shutil.copytree(runs["f0"], run)
+    cfg = yaml.safe_load((run / "run_config.yaml").read_text())
+    cfg["data"]["data_dir"] = str(data)
+    (run / "run_config.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    assert report.main(["--runs", str(run), "--out", str(out), "--ood", "--bootstrap", "20"]) == 0
+    ood = json.loads((out / "report.json").read_text())["ood"]["run"]
+    assert list(ood["sets"]) == ["in_domain_test", "evouna_nq_heldout", "nq_open_graded", "nq_open_sas"]
+    judges = ood["sets"]["nq_open_graded"]["all"]
+    assert set(judges) == {"orca", "orca_median", "contains", "token_f1", "embedding_cosine"}
+    assert judges["orca"]["n"] == len(ood_sets(data_dir=data)["nq_open_graded"])
+    # the in-domain row is the run's own test predictions, checked against scipy
+    preds = [json.loads(line) for line in (run / "test_predictions.jsonl").read_text().splitlines()]
+    want = stats.spearmanr([p["mean"] for p in preds], [np.mean(p["ratings"]) for p in preds]).statistic
+    assert ood["sets"]["in_domain_test"]["all"]["orca"]["spearman"] == pytest.approx(want, abs=1e-9)
+    assert (out / "calibration_run.png").stat().st_size > 1000
+    assert "## Out-of-domain sets: run" in (out / "report.md").read_text()

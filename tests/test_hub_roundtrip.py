@@ -22,7 +22,7 @@ records = json.loads(sys.argv[2])
 for folder in sys.argv[1].split(","):
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
     model = AutoModel.from_pretrained(folder, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     assert type(config).__name__ == "OrcaConfig", type(config)
     assert "transformers_modules" in type(model).__module__, type(model).__module__
     out[folder] = model.predict(records, tokenizer, batch_size=2)
@@ -70,13 +70,18 @@ def test_round_trip_through_automodel_in_fresh_process(tmp_path, smollm2_tokeniz
                 assert got["probs"] == pytest.approx(want["probs"], abs=1e-5), folder
 
 
-def test_repository_module_registers_with_automodel(tmp_path, smollm2_tokenizer):
+def test_loading_the_saved_model_registers_nothing_global(tmp_path, smollm2_tokenizer):
+    """The saved folder loads through `auto_map` with trust_remote_code; importing the model file registers no
+    model type with transformers' Auto classes (a Hub file must not change process-wide registries)."""
     from transformers import AutoModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    assert "orca" not in CONFIG_MAPPING
     model = tiny_model("llama", "multinomial", len(smollm2_tokenizer))
     model.save_pretrained(tmp_path)
-    again = AutoModel.from_pretrained(tmp_path)  # no trust_remote_code: the installed package registered "orca"
-    assert isinstance(again, OrcaForCorrectnessDistribution)
+    again = AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(again).__name__ == "OrcaForCorrectnessDistribution"
+    assert "orca" not in CONFIG_MAPPING
     for a, b in zip(model.state_dict().values(), again.state_dict().values()):
         torch.testing.assert_close(a, b)
 

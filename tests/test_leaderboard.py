@@ -200,6 +200,9 @@ def test_ranking_of_submissions_of_known_quality(tmp_path, mmau_file, monkeypatc
     twins = entries[1]["vs_next"]  # mid vs mid-twin: equal quality
     assert twins["diff"] == pytest.approx(0) and twins["p_value"] > 0.5
     assert entries[2]["vs_next"]["p_value"] < 0.05 and entries[-1]["vs_next"] is None
+    # neighbours not significantly apart are shown as tied; the difference is in the score's unit (% points)
+    assert [e["vs_next"]["tied"] for e in entries[:3]] == [False, True, False]
+    assert entries[0]["vs_next"]["diff_pp"] == pytest.approx(round(entries[0]["percent"], 1) - round(entries[1]["percent"], 1))
     # each distinct (question, answer) pair went through predict once, with the benchmark's reference
     assert len(fake.records) == len({(r["question"], r["candidate"]) for r in fake.records})
     assert all(r["rationale"] == "" and r["reference"] in ([c] for c in WORDS) for r in fake.records)
@@ -212,6 +215,32 @@ def test_ranking_of_submissions_of_known_quality(tmp_path, mmau_file, monkeypatc
         assert (out / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [json.loads(x) for x in (out / entries[0]["answers_file"]).read_text().splitlines()]
     assert len(rows) == N and rows[0]["question_id"] == "q00"
+
+
+def scored_as(means, variance=0.3):
+    return {"means": list(means), "variances": [variance] * len(means), "answered": [True] * len(means)}
+
+
+def test_equal_scores_share_a_rank_and_float_noise_orders_nothing(tmp_path, mmau_file):
+    from eval_suite.leaderboard.data import Submission
+
+    questions = load_questions("mmau-test-mini", questions=mmau_file)
+    base = [1.4 + 3.2 * (i % 3 == 0) for i in range(N)]
+    noisy = [m + 1e-13 for m in base]  # the same answers scored in another batch order
+    lower = [m - 0.2 * (i % 2) for i, m in enumerate(base)]
+    subs = [Submission(tmp_path / f"{n}.jsonl", n, "", {}) for n in ("zeta", "alpha", "mid", "beta")]
+    board = lb.build_leaderboard(questions, subs, [scored_as(noisy), scored_as(base), scored_as(lower), scored_as(base)],
+                                 resamples=300)
+    entries = board["entries"]
+    # equal as shown: one rank, listed by name (the 1e-13 of "zeta" does not put it first)
+    assert [(e["rank"], e["model_name"]) for e in entries] == [(1, "alpha"), (1, "beta"), (1, "zeta"), (4, "mid")]
+    assert entries[0]["vs_next"]["same_score"] and entries[0]["vs_next"]["tied"] and entries[0]["vs_next"]["diff_pp"] == 0
+    gap = entries[2]["vs_next"]
+    assert not gap["same_score"] and not gap["tied"] and gap["p_value"] < 0.05
+    assert gap["diff_pp"] == pytest.approx(round(entries[2]["percent"], 1) - round(entries[3]["percent"], 1))
+    assert gap["ci_pp"][0] <= 100 * 0.1 / 4 <= gap["ci_pp"][1]  # mean gap 0.1 rating points = 2.5 % points
+    # a score on a rounding boundary, give or take float noise, is shown and ranked once
+    assert lb.shown_percent(55.04999999999999) == lb.shown_percent(55.05000000000001)
 
 
 def test_missing_answers_are_scored_as_empty_and_counted(tmp_path, mmau_file, monkeypatch):
@@ -293,7 +322,7 @@ def chromium(*args) -> str:
 
 def board_names(dom: str) -> list[str]:
     board = dom[dom.index('id="board"') : dom.index("</table>", dom.index('id="board"'))]
-    cells = re.findall(r'<td class="text model">(.*?)</td>', board, re.S)
+    cells = re.findall(r'<td class="text model"[^>]*>(.*?)</td>', board, re.S)
     return [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in cells]
 
 

@@ -315,3 +315,65 @@ def test_wrapping_a_live_backbone_config_keeps_its_attention_implementation():
     backbone = AutoModel.from_config(tiny_backbone_config("llama", 100), attn_implementation="eager")
     config = OrcaConfig(backbone_config=backbone.config)
     assert backbone.config._attn_implementation == "eager" and config._attn_implementation == "eager"
+
+
+# ---------------------------------------------------------------------------------------------------- exact formatting
+
+RELEASE = dict(
+    template_fields=["rationale", "question", "reference", "candidate"],
+    field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ", "candidate": "|candidate answer: "},
+    field_separator=" ", template_prefix=" ", skip_empty_fields=False, add_special_tokens=False,
+    max_joined_references=100, max_reference_chars=10_000, max_length=4096,
+)  # fmt: skip
+
+EDGE_RECORDS = [
+    dict(question="  What plays?\t", reference=[" violin ", "fiddle\n"], rationale="\nA violin.  ", candidate="a violin "),
+    dict(question="Which one?", reference=["dog", "", " hound"], rationale="", candidate="\tdog"),
+    dict(question="Ünïcödé ✓ ?", reference="naïve café ", rationale=None, candidate="  "),
+    dict(question="q", reference="r", rationale=" x " * 50, candidate="c\n\n"),
+]
+
+
+def release_string(record):
+    """The reference release's input string, built as it builds it (no stripping, every alias joined)."""
+    refs = record["reference"]
+    ref = refs if isinstance(refs, str) else " / ".join(refs)
+    return (f" |context: {record.get('rationale') or ''} |question: {record['question']} "
+            f"|correct answer: {ref} |candidate answer: {record['candidate']}")  # fmt: skip
+
+
+def test_strip_fields_off_keeps_every_character_as_the_reference_release(smollm2_tokenizer):
+    from modeling_orca import encode_fields, input_fields
+
+    exact = config_for("multinomial", strip_fields=False, **RELEASE)
+    for record in EDGE_RECORDS:
+        assert format_input(record, exact) == release_string(record)
+        # split tokenisation (shared part + candidate part) = the whole string's ids for byte-level BPE
+        (ids,) = encode_fields([input_fields(record, exact)], smollm2_tokenizer, exact)
+        assert ids == smollm2_tokenizer(release_string(record), add_special_tokens=False)["input_ids"]
+    stripped = config_for("multinomial", **RELEASE)  # strip_fields=True, the default
+    assert stripped.strip_fields is True
+    assert format_input(EDGE_RECORDS[0], stripped) == (
+        " |context: A violin. |question: What plays? |correct answer: violin / fiddle |candidate answer: a violin"
+    )
+    assert "dog /  /  hound" in format_input(EDGE_RECORDS[1], exact) and "dog / hound" in format_input(EDGE_RECORDS[1], stripped)
+
+
+def test_empty_fields_special_tokens_and_truncation_follow_the_config(smollm2_tokenizer, bert_tokenizer):
+    from modeling_orca import encode_fields, input_fields
+
+    record = dict(EDGE_RECORDS[1], rationale="")
+    keep = config_for("multinomial", skip_empty_fields=False)
+    skip = config_for("multinomial", skip_empty_fields=True)
+    assert "Audio description: \n" in format_input(record, keep) and "Audio description" not in format_input(record, skip)
+    # special tokens: BERT's [CLS] ... [SEP] around the text when asked, none otherwise
+    for add in (True, False):
+        config = config_for("multinomial", add_special_tokens=add)
+        (ids,) = encode_fields([input_fields(record, config)], bert_tokenizer, config)
+        assert ids == bert_tokenizer(format_input(record, config), add_special_tokens=add)["input_ids"]
+        assert (ids[0] == bert_tokenizer.cls_token_id and ids[-1] == bert_tokenizer.sep_token_id) is add
+    # truncation without stripping: within max_length, the rationale cut first, the candidate whole
+    exact = config_for("multinomial", strip_fields=False, **dict(RELEASE, max_length=40))
+    long = dict(EDGE_RECORDS[3], rationale=" violin " * 100, candidate=" The violin. ")
+    (ids,) = encode_fields([input_fields(long, exact)], smollm2_tokenizer, exact)
+    assert len(ids) <= 40 and smollm2_tokenizer.decode(ids).endswith("|candidate answer:  The violin. ")

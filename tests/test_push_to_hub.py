@@ -1,5 +1,5 @@
 """push_to_hub.py: the model repository (dry run, sharding, card, fresh-process load), uploads and their errors
-with a mocked HfApi, the dataset and metric repositories, and conversion of reference-release checkpoints."""
+with a mocked HfApi, the dataset and metric repositories. Conversion of reference checkpoints: test_convert_reference.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from unittest import mock
 
 import httpx2
 import pytest
-import torch
-import yaml
-from huggingface_hub import ModelCard
+from huggingface_hub import DatasetCard, ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 
 import push_to_hub
@@ -68,7 +66,8 @@ def no_leftovers(folder: Path) -> bool:
 def test_model_dry_run_builds_a_sharded_repo_that_loads_in_a_fresh_process(run_dir, tmp_path):
     out = tmp_path / "repo"
     argv = ["model", "--checkpoint", str(run_dir / "final"), "--repo-id", "org/orca-tiny", "--dry-run",
-            "--local-dir", str(out), "--max-shard-size", "2MB", "--revision", "v1"]
+            "--local-dir", str(out), "--max-shard-size", "2MB", "--revision", "v1", "--license", "apache-2.0",
+            "--dataset-id", "org/orca-ratings"]
     assert push_to_hub.main(argv) == 0  # includes the fresh-process load and the prediction comparison
     names = {p.name for p in out.iterdir()}
     assert {"modeling_orca.py", "configuration_orca.py", "model.safetensors.index.json", "tokenizer.json", "README.md"} <= names
@@ -76,7 +75,16 @@ def test_model_dry_run_builds_a_sharded_repo_that_loads_in_a_fresh_process(run_d
     assert len(shards) >= 2 and "model.safetensors" not in names and not list(out.glob("*.bin"))
     assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"] == "modeling_orca.OrcaForCorrectnessDistribution"
 
+    config = json.loads((out / "config.json").read_text())
+    assert config["backbone_config"]["architectures"] == ["LlamaModel"]
+    for path in out.glob("*.json"):  # nothing of this machine: no folder it was loaded from, no offline flags
+        text = path.read_text()
+        assert str(run_dir) not in text and all(f'"{k}"' not in text for k in push_to_hub.LOCAL_KEYS), path.name
+
     card = ModelCard.load(out / "README.md")
+    assert (card.data.license, card.data.pipeline_tag, card.data.library_name) == ("apache-2.0", "text-classification", "transformers")
+    assert f'pip install "transformers{push_to_hub.min_transformers_version()}"' in card.text
+    assert card.data.eval_results[0].dataset_type == "org/orca-ratings"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     results = {r.metric_type: r.metric_value for r in card.data.eval_results}
     assert results["spearmanr"] == pytest.approx(metrics["test"]["orca"]["spearman"], abs=1e-6)
@@ -107,8 +115,28 @@ def test_model_upload_validates_then_creates_repo_branch_and_uploads(run_dir, hu
     assert (kwargs["repo_id"], kwargs["repo_type"], kwargs["revision"]) == ("org/orca-tiny", "model", "v1")
     assert {"model.safetensors", "config.json", "modeling_orca.py", "configuration_orca.py", "tokenizer.json",
             "README.md"} <= set(hub.uploaded)
-    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in hub.uploaded["README.md"].decode()
+    card = ModelCard(hub.uploaded["README.md"].decode())
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct" and card.data.license == "apache-2.0"
+    assert card.data.eval_results is None and "model-index" not in card.content  # no Hub dataset id: no model-index
     assert not list(tmp_path.iterdir())  # the staging folder is gone
+
+
+@pytest.mark.parametrize("base, backbone_type, given, licence", [
+    ("meta-llama/Llama-3.2-1B-Instruct", "llama", None, "llama3.2"),
+    ("meta-llama/Meta-Llama-3.1-8B", "llama", None, "llama3.1"),
+    ("google/gemma-3-4b-it", "gemma3", None, "gemma"),
+    (None, "gemma3_text", None, "gemma"),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", "llama", None, "apache-2.0"),
+    ("allenai/OLMo-2-0425-1B-Instruct", "olmo2", None, "apache-2.0"),
+    ("meta-llama/Llama-3.2-1B", "llama", "other", "other"),  # --license overrides
+])
+def test_card_licence_follows_the_base_model(base, backbone_type, given, licence):
+    assert push_to_hub.model_licence(base, backbone_type, given) == licence
+
+
+def test_card_licence_of_an_unknown_base_is_not_guessed():
+    with pytest.raises(push_to_hub.PublishError, match="pass --license"):
+        push_to_hub.model_licence("someone/some-llama-finetune", "llama", None)
 
 
 @pytest.mark.parametrize("failure, expected", [
@@ -179,6 +207,10 @@ def test_dataset_export_for_upload_is_uploaded(exports, hub):
     hub.create_repo.assert_called_once_with("org/ds", repo_type="dataset", private=None, exist_ok=True)
     hub.create_branch.assert_not_called()
     assert {"README.md", "stats.json", "data/s2_benchmark/test-00000-of-00001.parquet"} <= set(hub.uploaded)
+    card = DatasetCard(hub.uploaded["README.md"].decode())
+    assert 'load_dataset("org/ds"' in card.text and "<this repo>" in (exports / "upload" / "README.md").read_text()
+    assert "apache-2.0" in card.data.license and card.data.size_categories == ["n<1K"]
+    assert "@article{sedlacek2025orca" in card.text
 
 
 # ------------------------------------------------------------------------------------------------ metric
@@ -209,137 +241,3 @@ def test_metric_space_folder_loads_and_its_app_computes(tmp_path, hub, monkeypat
     hub.create_repo.assert_called_once_with("org/orca_judge_metric", repo_type="space", private=None, exist_ok=True, space_sdk="gradio")
     assert "orca_judge_metric.py" in hub.uploaded
     assert push_to_hub.main(["metric", "--repo-id", "org/orca-metric", "--dry-run", "--local-dir", str(tmp_path / "x")]) == 2
-
-
-# ------------------------------------------------------------------------------------------------ reference release
-
-REF_RECORDS = [
-    {"id": "r1", "question": "Which instrument plays the melody?", "reference": "violin",
-     "rationale": "A solo violin plays over soft piano chords.", "candidate": "It is a violin."},
-    {"id": "r2", "question": "What animal is barking?", "reference": "dog", "rationale": "", "candidate": "A cat."},
-    {"id": "r3", "question": "How many bells ring?", "reference": "three", "candidate": "I hear three bells, maybe four.",
-     "rationale": "Three church bells ring one after another in a large stone tower, then a long silence."},
-]
-HEAD_OUTPUTS = {"beta": 2, "multinomial": 5, "bernoulli": 2}
-
-
-@pytest.fixture(scope="module")
-def base_lm(tmp_path_factory, smollm2_tokenizer):
-    """A tiny random Llama causal LM saved with transformers: the 'pre-trained' base of the reference release."""
-    from transformers import LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("base")
-    torch.manual_seed(0)
-    LlamaForCausalLM(train.tiny_backbone_config("llama", len(smollm2_tokenizer))).save_pretrained(folder)
-    return folder
-
-
-def make_reference_checkpoint(root: Path, base: Path, tokenizer, score_type: str, lora: bool, **config) -> Path:
-    """model/config.yaml (written with yaml.dump, as the release does), model/lm/ (a PEFT adapter or a full LM),
-    model/model_minus_lm.pt (the head), tokenizer/."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(1)
-    lm = AutoModelForCausalLM.from_pretrained(base)
-    if lora:  # init_lora_weights=False: a non-zero update, so a forgotten merge shows
-        lm = get_peft_model(lm, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False))
-    else:
-        with torch.no_grad():
-            lm.model.layers[0].mlp.down_proj.weight.add_(0.05 * torch.randn_like(lm.model.layers[0].mlp.down_proj.weight))
-    (root / "model").mkdir(parents=True)
-    lm.save_pretrained(root / "model" / "lm")
-    (root / "model" / "config.yaml").write_text(yaml.dump({"score_type": score_type, "layers_to_use": (-1,), "use_cls_token": False, **config}))
-    hidden = lm.config.hidden_size
-    head = {"linear.weight": torch.randn(HEAD_OUTPUTS[score_type], hidden) * 0.5, "linear.bias": torch.randn(HEAD_OUTPUTS[score_type])}
-    torch.save(head, root / "model" / "model_minus_lm.pt")
-    tokenizer.save_pretrained(root / "tokenizer")
-    return root
-
-
-def reference_math(src: Path, base: Path, lora: bool, score_type: str, records: list[dict]) -> list[dict]:
-    """The reference release's computation, written from its description: the causal LM (adapter not merged),
-    its input string, a right-padded batch, the last real token of the last hidden state, the head by hand."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if lora:
-        lm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), src / "model" / "lm")
-    else:
-        lm = AutoModelForCausalLM.from_pretrained(src / "model" / "lm")
-    lm.eval()
-    tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
-    tokenizer.pad_token, tokenizer.padding_side = tokenizer.eos_token, "right"
-    head = torch.load(src / "model" / "model_minus_lm.pt", weights_only=True)
-    texts = [f" |context: {r['rationale']} |question: {r['question']} |correct answer: {r['reference']} "
-             f"|candidate answer: {r['candidate']}" for r in records]
-    batch = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-    assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # really padded
-    with torch.no_grad():
-        hidden = lm(**batch, output_hidden_states=True).hidden_states[-1].double()
-        lengths = batch["attention_mask"].sum(-1)
-        pooled = hidden[torch.arange(len(records)), lengths - 1]
-        params = pooled @ head["linear.weight"].double().T + head["linear.bias"].double()
-    out = []
-    for p in params:
-        if score_type == "beta":
-            a, b = p.exp()
-            mean01, var01 = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
-            out.append({"score": float(mean01), "mean": float(1 + 4 * mean01), "variance": float(16 * var01)})
-        elif score_type == "multinomial":
-            probs = p.softmax(-1)
-            mean = float(sum((k + 1) * probs[k] for k in range(5)))
-            var = float(sum(probs[k] * (k + 1 - mean) ** 2 for k in range(5)))
-            out.append({"score": (mean - 1) / 4, "mean": mean, "variance": var, "probs": probs.tolist()})
-        else:
-            prob1 = float(p.softmax(-1)[0])  # the correctness probability
-            out.append({"score": prob1, "mean": 1 + 4 * prob1})
-    return out
-
-
-@pytest.mark.parametrize("score_type, lora", [("beta", True), ("multinomial", True), ("bernoulli", True), ("bernoulli", False)])
-def test_converted_reference_checkpoint_predicts_the_reference_scores(score_type, lora, base_lm, smollm2_tokenizer, tmp_path):
-    from transformers import AutoTokenizer
-
-    from modeling_orca import OrcaForCorrectnessDistribution
-
-    src = make_reference_checkpoint(tmp_path / "ref", base_lm, smollm2_tokenizer, score_type, lora)
-    out = tmp_path / "converted"
-    argv = ["convert-reference", "--src", str(src), "--out", str(out)] + (["--base-model", str(base_lm)] if lora else [])
-    assert push_to_hub.main(argv) == 0
-    assert (out / "model.safetensors").exists() and (out / "modeling_orca.py").exists()
-    model = OrcaForCorrectnessDistribution.from_pretrained(out)
-    assert not any("lora" in k or "lm_head" in k for k in model.state_dict())
-    assert model.format_input(REF_RECORDS[1]) == " |context:  |question: What animal is barking? |correct answer: dog |candidate answer: A cat."
-    got = model.predict(REF_RECORDS, AutoTokenizer.from_pretrained(out), batch_size=3)
-    want = reference_math(src, base_lm, lora, score_type, REF_RECORDS)
-    for g, w in zip(got, want):
-        for key, value in w.items():
-            assert g[key] == pytest.approx(value, abs=1e-5), key
-    assert len({round(g["score"], 6) for g in got}) == len(got)  # the inputs really give different scores
-
-
-@pytest.mark.parametrize("problem, message", [
-    ("layers", "only the last layer"),
-    ("cls", "use_cls_token"),
-    ("pickle", "not a plain tensor state dict"),
-    ("shape", "does not fit score_type"),
-    ("no base", "pass --base-model"),
-    ("yaml", "not a plain YAML config"),
-])
-def test_convert_refuses_what_it_cannot_reproduce(problem, message, base_lm, smollm2_tokenizer, tmp_path, capsys):
-    extra = {"layers": {"layers_to_use": [-2, -1]}, "cls": {"use_cls_token": True}}.get(problem, {})
-    src = make_reference_checkpoint(tmp_path / "ref", base_lm, smollm2_tokenizer, "beta", lora=True, **extra)
-    if problem == "pickle":  # an arbitrary object: weights_only=True refuses to unpickle it
-        torch.save({"linear.weight": torch.zeros(2, 32), "linear.bias": torch.zeros(2), "x": types.SimpleNamespace(a=1)},
-                   src / "model" / "model_minus_lm.pt")
-    if problem == "yaml":  # yaml.load with a full loader would run this
-        (src / "model" / "config.yaml").write_text('score_type: !!python/object/apply:os.system ["touch pwned"]')
-    if problem == "shape":
-        torch.save({"linear.weight": torch.zeros(5, 32), "linear.bias": torch.zeros(5)}, src / "model" / "model_minus_lm.pt")
-    argv = ["convert-reference", "--src", str(src), "--out", str(tmp_path / "out")]
-    if problem != "no base":
-        argv += ["--base-model", str(base_lm)]
-    assert push_to_hub.main(argv) == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)

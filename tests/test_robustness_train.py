@@ -71,27 +71,26 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, data_files):  
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, data_files, monkeypatch):  # noqa: F811
     cfg = tiny_run_config(tmp_path, data_files, "crash", checkpoint_every=5, eval_every=100)
     cfg["stages"]["s3"]["max_steps"] = 20
-    real_save_file = train.save_file
+    from accelerate import Accelerator
+
+    real_save_state = Accelerator.save_state
     calls = {"n": 0}
 
-    def failing_save_file(tensors, path):
-        if path.name == "trainable.safetensors" and "latest" in str(path.parent):
-            calls["n"] += 1
-            if calls["n"] == 2:  # the step-10 checkpoint: half a file, then the process dies
-                Path(path).write_bytes(b"\x00" * 100)
-                raise OSError("disk full (simulated)")
-        return real_save_file(tensors, path)
+    def failing_save_state(self, output_dir, **kwargs):
+        calls["n"] += 1
+        real_save_state(self, output_dir, **kwargs)
+        if calls["n"] == 2:  # the step-10 checkpoint: half a weights file, then the process dies
+            Path(output_dir, "model.safetensors").write_bytes(b"\x00" * 100)
+            raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(train, "save_file", failing_save_file)
+    monkeypatch.setattr(Accelerator, "save_state", failing_save_state)
     with pytest.raises(OSError, match="simulated"):
         train.run(cfg)
     latest = tmp_path / "crash" / "checkpoints" / "s3" / "latest"
     state = json.loads((latest / "trainer_state.json").read_text())
     assert state["step"] == 5
-    load_file(latest / "trainable.safetensors")  # loadable, complete
-    leftovers = [p.name for p in latest.parent.iterdir() if p.name.startswith(".")]
-    assert leftovers == [], leftovers
-    monkeypatch.setattr(train, "save_file", real_save_file)
+    load_file(latest / "model.safetensors")  # loadable, complete
+    monkeypatch.setattr(Accelerator, "save_state", real_save_state)
     results = train.run(cfg, resume=True)  # and the run can go on from it
     assert results["stages"]["s3"]["steps"] == 20
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 import train
@@ -111,9 +112,9 @@ def test_gradient_accumulation_4x4_equals_16x1(tmp_path, data_files):
         cfg["stages"]["s3"]["max_steps"] = 1
         cfg["lora"]["dropout"] = 0.0  # dropout masks would differ with the micro-batch split
         train.run(cfg)
-        state = torch.load(tmp_path / f"micro{micro}" / "checkpoints" / "s3" / "latest" / "state.pt", weights_only=True)
+        state = torch.load(tmp_path / f"micro{micro}" / "checkpoints" / "s3" / "latest" / "optimizer.bin", weights_only=True)
         # AdamW's first moment after one step is (1 - beta1) * gradient
-        grads.append([s["exp_avg"] for s in state["optimizer"]["state"].values()])
+        grads.append([s["exp_avg"] for s in state["state"].values()])
     assert len(grads[0]) == len(grads[1]) > 0
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
@@ -134,13 +135,22 @@ def test_short_run_lowers_the_loss_and_writes_everything(tmp_path, data_files):
     assert metrics["stages"]["s3"]["counts"] == {"train": 96, "validation": 16, "test": 16}
     assert metrics["versions"]["torch"] == torch.__version__ and metrics["config"]["seed"] == 0
     assert results["test"]["orca"]["n"] == 16
-    assert list((run_dir / "tensorboard").iterdir())
+    assert list((run_dir / "logs" / "orca").iterdir())  # tensorboard, through accelerate's trackers
     # the final folder is a plain HF model: LoRA merged, both code files, tokenizer
     final = run_dir / "final"
     assert {"modeling_orca.py", "configuration_orca.py", "model.safetensors", "tokenizer.json"} <= {p.name for p in final.iterdir()}
     assert not any("lora" in k for k in load_file(final / "model.safetensors"))
     preds = [json.loads(line) for line in (run_dir / "test_predictions.jsonl").read_text().splitlines()]
     assert [p["id"] for p in preds] == [f"test-{i}" for i in range(16)]
+    # the clamping tuned on dev is in the saved config (on only where it helped there) and in the metrics
+    saved = json.loads((final / "config.json").read_text())
+    clamping = metrics["clamping"]
+    assert saved["clamp"] is clamping["enabled"] and saved["clamp_variance_threshold"] == clamping["threshold"]
+    assert (clamping["dev_objective"]["clamped"] > clamping["dev_objective"]["unclamped"]) is clamping["enabled"]
+    assert metrics["clamping"]["test"]["n"] == 16  # test with the dev-tuned clamping, beside test.orca without
+    assert metrics["versions"]["orca"] and metrics["model_revision"] is None and metrics["num_processes"] == 1
+    start = json.loads((run_dir / "log.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "run_start" and start["versions"] == metrics["versions"] and start["config"] == metrics["config"]
 
 
 def test_resume_continues_exactly(tmp_path, data_files, monkeypatch):
@@ -148,17 +158,17 @@ def test_resume_continues_exactly(tmp_path, data_files, monkeypatch):
     train.run(straight)
 
     interrupted = tiny_run_config(tmp_path, data_files, "resumed", checkpoint_every=10)
-    real_save = train.save_training_checkpoint
+    real_save = train.save_checkpoint
 
-    def save_then_die(path, model, optimizer, scheduler, state):
-        real_save(path, model, optimizer, scheduler, state)
+    def save_then_die(accelerator, path, state):
+        real_save(accelerator, path, state)
         if state["step"] == 10:
             raise KeyboardInterrupt("simulated interruption after the step-10 checkpoint")
 
-    monkeypatch.setattr(train, "save_training_checkpoint", save_then_die)
+    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train.run(interrupted)
-    monkeypatch.setattr(train, "save_training_checkpoint", real_save)
+    monkeypatch.setattr(train, "save_checkpoint", real_save)
     train.run(interrupted, resume=True)
 
     a = load_file(tmp_path / "straight" / "final" / "model.safetensors")
@@ -203,3 +213,150 @@ def test_a_stage_stops_at_its_time_budget(tmp_path, data_files):
     results = train.run(cfg)
     stage = results["stages"]["s3"]
     assert stage["stopped_by_time"] and 0 < stage["steps"] < 10_000
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+
+def test_help_is_fast_imports_nothing_heavy_and_lists_every_key_with_its_default():
+    import subprocess
+    import sys
+    import time
+
+    started = time.time()
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert time.time() - started < 2.0
+    for key, value in train.leaf_keys(train.DEFAULTS).items():
+        if key == "model.orca":
+            for field in train.orca_config_fields():
+                assert f"--model.orca.{field} " in out.stdout, field
+        elif not key.startswith("stages."):
+            line = next(line for line in out.stdout.splitlines() if line.strip().startswith(f"--{key} "))
+            assert yaml.safe_load(line.split(" ", 3)[-1]) == value, line
+    for key in train.STAGE_KEYS:
+        assert f"--stages.NAME.{key}:" in out.stdout
+    loaded = subprocess.run([sys.executable, "-c", "import sys, train; print(sorted({'torch', 'transformers'} & set(sys.modules)))"],
+                            cwd=REPO, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_orca_fields_listed_are_the_configs_own():
+    from configuration_orca import OrcaConfig
+
+    fields = train.orca_config_fields()
+    config = OrcaConfig()
+    assert set(fields) == set(OrcaConfig.__annotations__) - {"backbone_config", "score_type", "pooling"}
+    for name, default in fields.items():
+        if name not in ("field_labels", "template_fields", "truncation_order"):  # filled in / listified by __post_init__
+            assert getattr(config, name) == default, name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--training.eval_evry", "5"], "command line: unknown key training.eval_evry; did you mean training.eval_every?"),
+    (["--training.eval_every", "five"], "command line: training.eval_every must be an integer, got 'five'"),
+    (["--lora.r", "1.5"], "lora.r must be an integer, got 1.5"),
+    (["--training.gradient_checkpointing", "1"], "training.gradient_checkpointing must be true or false, got 1"),
+    (["--stages.s3.max_step", "5"], "unknown key stages.s3.max_step; did you mean stages.s3.max_steps?"),
+    (["--model.orca.max_lenght", "64"], "unknown key model.orca.max_lenght; did you mean model.orca.max_length?"),
+    (["--model.orca.score_type", "beta"], "unknown key model.orca.score_type; did you mean model.score_type?"),
+    (["--resum", "true"], "unknown key resum; did you mean resume?"),
+])
+def test_unknown_keys_and_wrong_types_are_refused_naming_the_nearest_key(args, message):
+    with pytest.raises(SystemExit) as exc:
+        load_run_config(None, ["--model.backbone", "tiny-llama", *args])
+    assert str(exc.value) == message or str(exc.value).endswith(message)
+
+
+def test_a_config_file_with_a_typo_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: {backbone: tiny-llama}\ntraining: {patiense: 3}\n")
+    with pytest.raises(SystemExit, match=f"{path}: unknown key training.patiense; did you mean training.patience"):
+        load_run_config(str(path), [])
+    with pytest.raises(SystemExit, match="no such file"):
+        load_run_config(str(tmp_path / "missing.yaml"), [])
+
+
+def test_overrides_accept_key_equals_value_and_valid_values():
+    cfg = load_run_config(None, ["--model.backbone=tiny-llama", "--training.head_lr", "1e-3", "--training.report_to", "[tensorboard]",
+                                 "--stages.s3.files.train", "x.jsonl", "--model.orca.max_length", "64"])
+    assert cfg["training"]["head_lr"] == 1e-3 and cfg["training"]["report_to"] == ["tensorboard"]
+    assert cfg["stages"]["s3"]["files"] == {"train": "x.jsonl"} and cfg["model"]["orca"] == {"max_length": 64}
+
+
+def test_docstring_examples_name_configs_that_exist_and_every_config_is_valid():
+    import re
+
+    named = re.findall(r"configs/\S+\.yaml", train.__doc__)
+    assert named and all((REPO / path).is_file() for path in named), named
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        if not path.name.startswith("_"):
+            load_run_config(str(path), ["--model.backbone", "tiny-llama"])  # no unknown key, no wrong type
+
+
+# ------------------------------------------------------------------------------------------------ clamping
+
+
+def dev_predictions(n: int, helps: bool, seed: int = 0):
+    """Items near the ends of the scale with a small predicted variance; their humans agree with the end (clamping
+    helps) or sit in the middle (clamping hurts)."""
+    rng = random.Random(seed)
+    records, preds = [], []
+    for i in range(n):
+        high = i % 2 == 0
+        confident = i % 3 != 0
+        score = (0.95 if high else 0.05) if confident else rng.uniform(0.3, 0.7)
+        ratings = ([5, 5, 5] if high else [1, 1, 1]) if helps or not confident else [3, 3, 2 + high]
+        records.append({"ratings": ratings})
+        preds.append({"mean": 1 + 4 * score, "variance": 0.05 if confident else 0.5 + rng.random()})
+    return records, preds
+
+
+@pytest.mark.parametrize("helps", [True, False])
+def test_clamping_is_tuned_on_dev_and_switched_on_only_where_it_helps(helps):
+    from configuration_orca import OrcaConfig
+
+    records, preds = dev_predictions(60, helps)
+    config = OrcaConfig(score_type="multinomial")
+    result = train.choose_clamping(config, records, preds)
+    assert result["enabled"] is helps and config.clamp is helps
+    # the objective, computed here on its own: rho + tau - MAE on [0, 1]
+    from scipy import stats
+
+    human = [(sum(r["ratings"]) / len(r["ratings"]) - 1) / 4 for r in records]
+    scores = [(p["mean"] - 1) / 4 for p in preds]
+    clamped = [0.0 if s < 0.125 and p["variance"] <= 0.05 else 1.0 if s > 0.875 and p["variance"] <= 0.05 else s
+               for s, p in zip(scores, preds)]
+
+    def objective(x):
+        return (stats.spearmanr(x, human).statistic + stats.kendalltau(x, human).statistic
+                - sum(abs(a - b) for a, b in zip(x, human)) / len(x))
+
+    assert result["dev_objective"]["unclamped"] == pytest.approx(objective(scores))
+    if helps:
+        assert config.clamp_variance_threshold == pytest.approx(0.05) and result["dev_n_clamped"] == 40
+        assert result["dev_objective"]["clamped"] == pytest.approx(objective(clamped))
+        assert objective(clamped) > objective(scores)
+    else:
+        assert config.clamp_variance_threshold is None and result["threshold"] is None
+        assert objective(clamped) < objective(scores)
+
+
+def test_bernoulli_has_no_clamping():
+    from configuration_orca import OrcaConfig
+
+    config = OrcaConfig(score_type="bernoulli", clamp=True)
+    result = train.choose_clamping(config, [{"ratings": [5]}], [{"mean": 4.0, "variance": None}])
+    assert result["enabled"] is False and config.clamp is False
+
+
+def test_a_tracker_that_is_not_installed_is_refused_not_skipped(tmp_path, data_files):
+    from accelerate.tracking import get_available_trackers
+
+    installed = [str(t) for t in get_available_trackers()]
+    missing = next((t for t in ("wandb", "mlflow", "comet_ml", "aim", "clearml", "dvclive") if t not in installed), None)
+    if missing is None:
+        pytest.skip("every tracker this test knows is installed")
+    cfg = tiny_run_config(tmp_path, data_files, "tracker")
+    cfg["training"]["report_to"] = ["tensorboard", missing]
+    with pytest.raises(SystemExit, match=rf"training.report_to: \['{missing}'\] not installed"):
+        train.run(cfg)

@@ -1,9 +1,11 @@
 """orca-leaderboard: rank audio-LM submissions on a benchmark by ORCA's predicted correctness.
 
+Examples:
     orca-leaderboard --model runs/quickstart/final --benchmark mmau-test-mini \\
         --submissions a.jsonl b.jsonl --out leaderboard/
     orca-leaderboard export-submission --benchmark mmau-test-mini \\
         --lalm-outputs ../shared/data/lalm_outputs_mmau/qwen_audio_chat_results.json --out subs/qwen_audio_chat.jsonl
+    python -m eval_suite.leaderboard.app --model runs/quickstart/final --results results/   # the web app (Space)
 
 Every answer goes through the model's own `predict` (the one scoring path) with the benchmark's reference and
 rationale; questions a submission leaves out are scored as empty answers and counted as missing. See
@@ -14,11 +16,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from dataset_builder.filters import MAX_CHARS
+from eval_suite.cli import (
+    UsageError,
+    add_model_arguments,
+    load_model,
+    package_version,
+    resolve_revision,
+    set_quiet,
+)
 
 from .data import (
     BENCHMARKS,
@@ -28,24 +39,11 @@ from .data import (
     export_lalm_submission,
     load_questions,
     read_submission,
+    scoring_record,
 )
-from .stats import doubtful_items, paired_bootstrap, summarise
+from .stats import ALPHA, CONFIDENCE, doubtful_items, paired_bootstrap, summarise
 
 EXIT_INVALID = 2
-
-
-def load_model(model_id: str, revision: str | None = None, device: str | None = None):
-    """An ORCA model and its tokenizer from a folder or the Hub, the way orca-score loads them (safetensors weights
-    only: pickle-based `.bin`/`.pt` weights are refused, never unpickled)."""
-    from transformers import AutoModel, AutoTokenizer
-
-    model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision, use_safetensors=True)
-    if not hasattr(model, "predict"):
-        raise SubmissionError([f"{model_id}: {type(model).__name__} is not an ORCA model (no predict method)"])
-    tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
-    if device:
-        model.to(device)
-    return model.eval(), tokenizer
 
 
 def score_answers(model, tokenizer, questions, submissions, *, batch_size: int = 16, progress: bool = False) -> list[dict]:
@@ -61,8 +59,7 @@ def score_answers(model, tokenizer, questions, submissions, *, batch_size: int =
             key = (q.id, sub.answers.get(q.id, ""))
             if key not in index:
                 index[key] = len(records)
-                records.append({"id": f"{q.id}#{len(records)}", "question": q.question, "reference": q.reference,
-                                "rationale": q.rationale, "transcript": "", "candidate": key[1]})
+                records.append({**scoring_record(q, key[1]), "id": f"{q.id}#{len(records)}"})
     preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=progress)
     scored = []
     for sub in submissions:
@@ -73,23 +70,46 @@ def score_answers(model, tokenizer, questions, submissions, *, batch_size: int =
     return scored
 
 
+PERCENT_DIGITS = 1  # the precision the ranking shows; ranks are decided at this precision
+
+
+def shown_percent(value: float) -> float:
+    """A score as the page shows it. Rounded to 9 places first, so float noise (55.04999999999 vs 55.05) cannot
+    put two equal scores on either side of a rounding boundary."""
+    return round(round(value, 9), PERCENT_DIGITS)
+
+
 def build_leaderboard(questions, submissions, scored, *, scale=(1.0, 5.0), threshold: float = 1.0,
                       doubtful_threshold: float | None = None, doubtful_top: int = 50,
-                      resamples: int = 1000, seed: int = 0) -> dict:
-    """Ranked entries (best mean first), paired tests between neighbours, and the doubtful items."""
+                      resamples: int = 1000, seed: int = 0, alpha: float = ALPHA) -> dict:
+    """Ranked entries (best shown score first), paired tests between neighbours, and the doubtful items.
+
+    Ranks: submissions whose scores are equal as shown (`PERCENT_DIGITS` decimals) share a rank (1, 2, 2, 4),
+    listed by name; a neighbour whose paired test is not significant at `alpha` is marked tied
+    (`vs_next["tied"]`). Differences to the next rank are given in rating points and in percentage points.
+    """
     entries = []
     for sub, s in zip(submissions, scored):
         entry = summarise(sub.model_name, s["means"], s["variances"], s["answered"], questions,
                           scale=scale, threshold=threshold, resamples=resamples, seed=seed)
         entries.append({**entry, "link": sub.link, "file": sub.path.name, "_scored": s, "_answers": sub.answers})
-    entries.sort(key=lambda e: (-e["mean"], e["model_name"]))
-    for rank, entry in enumerate(entries, start=1):
-        entry["rank"] = rank
+    entries.sort(key=lambda e: (-shown_percent(e["percent"]), e["model_name"]))
+    for i, entry in enumerate(entries):
+        same = i > 0 and shown_percent(entry["percent"]) == shown_percent(entries[i - 1]["percent"])
+        entry["rank"] = entries[i - 1]["rank"] if same else i + 1
+    to_pp = 100.0 / (scale[1] - scale[0])  # rating points -> percentage points
     for upper, lower in zip(entries, entries[1:]):
         a, b = upper["_scored"], lower["_scored"]
         both = np.array(a["answered"]) & np.array(b["answered"])  # only questions both submissions answered
         test = paired_bootstrap(np.array(a["means"])[both], np.array(b["means"])[both], resamples, seed)
-        upper["vs_next"] = {"model_name": lower["model_name"], **test}
+        same_rank = upper["rank"] == lower["rank"]
+        significant = test["p_value"] is not None and test["p_value"] < alpha
+        upper["vs_next"] = {
+            "model_name": lower["model_name"], **test,
+            "diff_pp": round(shown_percent(upper["percent"]) - shown_percent(lower["percent"]), PERCENT_DIGITS),
+            "ci_pp": None if test["ci"] is None else [c * to_pp for c in test["ci"]],
+            "same_score": same_rank, "tied": same_rank or not significant,
+        }
     if entries:
         entries[-1]["vs_next"] = None
     doubtful = doubtful_items(questions, [e["_scored"] for e in entries], [e["model_name"] for e in entries],
@@ -97,14 +117,40 @@ def build_leaderboard(questions, submissions, scored, *, scale=(1.0, 5.0), thres
     return {"entries": entries, "doubtful": doubtful}
 
 
+def judge_meta(model, model_id: str, revision_id: str) -> dict:
+    """What a page and a stored result say about the judge: id, revision, head and the clamping in its config."""
+    cfg = model.config
+    return {"id": model_id, "revision": revision_id, "score_type": cfg.score_type,
+            "clamp": {k: getattr(cfg, k, None) for k in ("clamp", "clamp_margin", "clamp_variance_threshold")}}
+
+
+def board_meta(benchmark: str, n_questions: int, judge: dict, cfg, *, resamples: int, seed: int,
+               threshold: float, doubtful_threshold: float, alpha: float = ALPHA, how_to_submit: str = "") -> dict:
+    spec = BENCHMARKS[benchmark]
+    return {
+        "benchmark": {"name": spec.name, "title": spec.title, "n_questions": n_questions},
+        "model": judge,
+        "package_version": package_version(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "how_to_submit": how_to_submit,
+        "settings": {"bootstrap": resamples, "seed": seed, "confidence": CONFIDENCE, "alpha": alpha,
+                     "percent_digits": PERCENT_DIGITS, "uncertainty_threshold": threshold,
+                     "doubtful_threshold": doubtful_threshold, "scale": [cfg.rating_min, cfg.rating_max]},
+    }
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
+SUBMIT_HINT = ("Submit a JSONL file of {\"question_id\": ..., \"answer\": ...} lines, one per question "
+               "(orca-leaderboard export-submission converts an audio-LM answer file); see docs/leaderboard.md.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="orca-leaderboard", description=__doc__.split("\n\n")[0],
-                                epilog="Also: orca-leaderboard export-submission --help")
-    p.add_argument("--model", required=True, help="ORCA model folder or Hub id")
-    p.add_argument("--revision", help="Hub branch, tag or commit (ignored for a folder)")
+    p = argparse.ArgumentParser(prog="orca-leaderboard", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Subcommand: orca-leaderboard export-submission --help")
+    add_model_arguments(p)  # --model --revision --device --dtype --batch-size --quiet
     p.add_argument("--benchmark", required=True, choices=sorted(BENCHMARKS))
     p.add_argument("--submissions", required=True, nargs="+", type=Path, help="JSONL files of {question_id, answer}")
     p.add_argument("--model-names", nargs="+", help="one name per submission (default: NAME.meta.json, else file name)")
@@ -112,18 +158,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--data-dir", type=Path, help="benchmark data (default: $ORCA_DATA_DIR, else ../shared/data)")
     p.add_argument("--questions", type=Path, help="the benchmark's question file (required for mmau-pro)")
+    add_ranking_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (--quiet also silences transformers)")
+    return p
+
+
+def add_ranking_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the ranking itself, shared by the CLI and the web app."""
     p.add_argument("--uncertainty-threshold", type=float, default=1.0,
-                   help="an answer is high-uncertainty when its predicted variance (on the 1-5 scale) exceeds this")
+                   help="an answer is high-uncertainty when its predicted variance (on the 1-5 scale) exceeds this "
+                        "(default: %(default)s)")
     p.add_argument("--doubtful-threshold", type=float,
                    help="a question is doubtful when its mean predicted variance exceeds this (default: --uncertainty-threshold)")
-    p.add_argument("--doubtful-top", type=int, default=50, help="most doubtful questions listed")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the questions")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-submission-bytes", type=int, default=MAX_SUBMISSION_BYTES)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--device", help="e.g. cuda (default: where the model loads, the CPU)")
-    p.add_argument("--no-progress", action="store_true")
-    return p
+    p.add_argument("--doubtful-top", type=int, default=50, help="most doubtful questions listed (default: %(default)s)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the questions (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=ALPHA,
+                   help="significance level of the paired test between neighbours (default: %(default)s)")
+    p.add_argument("--max-submission-bytes", type=int, default=MAX_SUBMISSION_BYTES,
+                   help="size limit of one submission file (default: %(default)s = 16 MiB)")
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -154,15 +207,16 @@ def run(args) -> dict:
     submissions, errors = [], []
     for path, name, link in zip(args.submissions, names, links):
         try:  # every submission is checked before the model loads, and all problems are reported at once
-            submissions.append(read_submission(path, [q.id for q in questions], model_name=name, link=link,
+            submissions.append(read_submission(path, questions, model_name=name, link=link,
                                                benchmark=args.benchmark, max_bytes=args.max_submission_bytes))
         except SubmissionError as e:
             errors += e.errors
     if errors:
         raise SubmissionError(errors)
-    model, tokenizer = load_model(args.model, args.revision, args.device)
+    load_revision, revision_id = resolve_revision(args.model, args.revision)
+    model, tokenizer = load_model(args.model, revision=load_revision, device=args.device, dtype=args.dtype)
     scored = score_answers(model, tokenizer, questions, submissions, batch_size=args.batch_size,
-                           progress=not args.no_progress)
+                           progress=not (args.no_progress or args.quiet))
     cfg = model.config
     max_chars = getattr(cfg, "max_chars", MAX_CHARS)  # the paper's rule; a stand-in judge may not carry it
     long = [(sub.model_name, qid) for sub in submissions for qid, a in sub.answers.items() if len(a) > max_chars]
@@ -172,17 +226,13 @@ def run(args) -> dict:
               "max_length tokens", file=sys.stderr)
     board = build_leaderboard(questions, submissions, scored, scale=(cfg.rating_min, cfg.rating_max),
                               threshold=args.uncertainty_threshold, doubtful_threshold=args.doubtful_threshold,
-                              doubtful_top=args.doubtful_top, resamples=args.bootstrap, seed=args.seed)
+                              doubtful_top=args.doubtful_top, resamples=args.bootstrap, seed=args.seed,
+                              alpha=args.alpha)
     from .render import write_outputs  # matplotlib only once there is something to draw
 
-    spec = BENCHMARKS[args.benchmark]
-    meta = {
-        "benchmark": {"name": spec.name, "title": spec.title, "n_questions": len(questions)},
-        "model": {"id": args.model, "revision": args.revision, "score_type": cfg.score_type},
-        "settings": {"bootstrap": args.bootstrap, "seed": args.seed, "confidence": 0.95,
-                     "uncertainty_threshold": args.uncertainty_threshold,
-                     "doubtful_threshold": board["doubtful"]["threshold"], "scale": [cfg.rating_min, cfg.rating_max]},
-    }
+    meta = board_meta(args.benchmark, len(questions), judge_meta(model, args.model, revision_id), cfg,
+                      resamples=args.bootstrap, seed=args.seed, threshold=args.uncertainty_threshold,
+                      doubtful_threshold=board["doubtful"]["threshold"], alpha=args.alpha, how_to_submit=SUBMIT_HINT)
     return write_outputs(args.out, meta, board, questions)
 
 
@@ -194,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             n, name = export_lalm_submission(a.lalm_outputs, a.out, model_name=a.model_name, link=a.link)
             print(f"wrote {n} answers of {name} to {a.out}")
             return 0
-        result = run(build_parser().parse_args(argv))
-    except SubmissionError as e:
+        args = build_parser().parse_args(argv)
+        set_quiet(args.quiet)
+        result = run(args)
+    except (SubmissionError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as e:  # a model that cannot be loaded, an output folder that cannot be written

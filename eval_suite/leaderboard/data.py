@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataset_builder.readers import read_lalm_outputs, read_mmar, read_mmau
-from dataset_builder.schema import RecordError, unicode_problem
+from dataset_builder.schema import RecordError, validate_record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -206,28 +206,47 @@ def check_meta(model_name: str, link: str, where: str) -> list[str]:
     return errors
 
 
-def read_submission(path, known_ids, *, model_name: str | None = None, link: str | None = None,
-                    benchmark: str = "", max_bytes: int = MAX_SUBMISSION_BYTES) -> Submission:
+def scoring_record(q: Question, answer: str, *, benchmark: str = "", answerer: str = "unknown") -> dict:
+    """The record `predict` scores for an answer to `q`, checked by the one record schema (raises RecordError)."""
+    return validate_record({"id": q.id, "benchmark": benchmark, "question_id": q.id, "question": q.question,
+                            "reference": q.reference, "rationale": q.rationale, "candidate": answer,
+                            "answerer": answerer, "modality": q.modality, "category": q.category})
+
+
+def read_submission(path, questions, *, model_name: str | None = None, link: str | None = None,
+                    benchmark: str = "", max_bytes: int = MAX_SUBMISSION_BYTES, where: str | None = None) -> Submission:
     """Validate one submission; raises SubmissionError listing every problem found (`file:line: ...`).
 
-    Name and link come from the CLI flags, else from the header file `NAME.meta.json`, else the name is the
-    file name. Blank lines are ignored; every other line must be `{"question_id": str, "answer": str}`.
+    `questions`: the benchmark's Questions (each answer's record is then checked by the record schema) or just
+    their ids. `where`: how problems name the file (default: its path); `where=""` gives `line N: problem`, the
+    form a web form shows. Name and link come from the CLI flags, else from the header file `NAME.meta.json`,
+    else the name is the file name. Blank lines are ignored; every other line must be
+    `{"question_id": str, "answer": str}`.
     """
     path = Path(path)
+    label = str(path) if where is None else where
+
+    def at(lineno: int | None = None) -> str:
+        if lineno is None:
+            return label or "file"
+        return f"{label}:{lineno}" if label else f"line {lineno}"
+
     if not path.is_file():
-        raise SubmissionError([f"{path}: no such file"])
-    size = path.stat().st_size
+        raise SubmissionError([f"{at()}: no such file"])
+    size = path.stat().st_size  # checked before anything is read
     if size > max_bytes:
-        raise SubmissionError([f"{path}: {size} bytes, over the limit of {max_bytes} bytes"])
+        raise SubmissionError([f"{at()}: {size} bytes, over the limit of {max_bytes} bytes"])
     meta = read_meta(path, benchmark)
     name = model_name if model_name is not None else meta.get("model_name", path.name.removesuffix(".jsonl"))
     link = link if link is not None else meta.get("link", "")
-    errors = check_meta(name, link, str(path))
-    known = set(known_ids)
+    errors = check_meta(name, link, at())
+    by_id = {q: None for q in questions} if questions and isinstance(next(iter(questions)), str) else {
+        q.id: q for q in questions}
+    known = set(by_id)
     answers: dict[str, str] = {}
     first_line: dict[str, int] = {}
     for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        where = f"{path}:{lineno}"
+        where = at(lineno)
         if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]  # a UTF-8 byte order mark, as some editors write
         if not raw.strip():
@@ -262,12 +281,20 @@ def read_submission(path, known_ids, *, model_name: str | None = None, link: str
             errors.append(f"{where}: 'answer' must be a string, got {type(answer).__name__}")
         elif len(answer) > MAX_ANSWER_CHARS:
             errors.append(f"{where}: answer of {len(answer)} characters, over the limit of {MAX_ANSWER_CHARS}")
-        elif problem := unicode_problem(answer):  # a "\\ud800" escape: valid JSON, but no tokenizer takes it
-            errors.append(f"{where}: 'answer' is {problem}")
         else:
+            try:  # the record predict will score, through the one schema (e.g. a "\\ud800" escape: valid JSON,
+                # but no tokenizer takes it)
+                if by_id[qid] is not None:
+                    scoring_record(by_id[qid], answer, benchmark=benchmark)
+                else:  # only ids known: the answer is checked as a record's candidate
+                    validate_record({"id": qid, "question": "-", "reference": "-", "candidate": answer})
+            except RecordError as e:
+                field = "answer" if e.field == "candidate" else e.field
+                errors.append(f"{where}: '{field}' is {e.problem}")
+                continue
             answers[qid] = answer
     if not errors and not answers:
-        errors.append(f"{path}: no answers")
+        errors.append(f"{at()}: no answers")
     if errors:
         raise SubmissionError(errors)
     return Submission(path, name.strip(), link.strip(), answers)

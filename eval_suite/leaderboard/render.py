@@ -1,4 +1,5 @@
-"""The leaderboard's files: leaderboard.json, leaderboard.md, answers/*.jsonl, plots/*.png and index.html.
+"""The leaderboard's files: leaderboard.json, leaderboard.md, answers/*.jsonl, plots/*.png and index.html, and
+the HTML tables the static page and the web app (app.py) both show.
 
 Every user-provided string (model names, links, file names) is treated as hostile: file names are slugs
 checked to stay inside the output folder, HTML text goes in through `textContent` or html.escape, the embedded
@@ -35,6 +36,107 @@ def public_entries(board: dict) -> list[dict]:
     return [{k: v for k, v in e.items() if not k.startswith("_")} for e in board["entries"]]
 
 
+# ------------------------------------------------------------------------------------------------ table cells
+
+
+def fmt(x, digits=1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def ranking_columns(meta: dict) -> list[tuple[str, str]]:
+    """(key, header) of the ranking table; every header states its unit."""
+    s = meta["settings"]
+    lo, hi = s["scale"]
+    return [
+        ("rank", "Rank"),
+        ("model", "Model"),
+        ("percent", "Correct (%)"),
+        ("percent_ci", f"{100 * s['confidence']:g}% CI (%)"),
+        ("delta", "Δ to next rank (% points)"),
+        ("vs_next", f"vs next rank (paired bootstrap, α = {s.get('alpha', 0.05):g})"),
+        ("mean", f"Mean rating ({lo:g}-{hi:g} scale)"),
+        ("answered", "Answered (questions)"),
+        ("missing", "Missing (questions)"),
+        ("uncertain", "High-uncertainty (% of answers)"),
+    ]
+
+
+def ranking_cells(e: dict, digits: int = 1) -> dict[str, str]:
+    """The ranking table's text of one entry, shared by the Markdown, the static page and the app."""
+    nxt = e.get("vs_next")
+    share = e["high_uncertainty"]["share"]
+    if not nxt:
+        delta = vs = ""
+    else:
+        ci = nxt.get("ci_pp")
+        delta = f"{nxt['diff_pp']:+.{digits}f}" + ("" if ci is None else f" [{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]")
+        if nxt.get("same_score"):
+            vs = "tied (same score)"
+        elif nxt["p_value"] is None:
+            vs = "tied (too few shared questions to test)"
+        else:
+            vs = f"{'tied' if nxt['tied'] else 'ahead'} (p = {nxt['p_value']:.3f}, n = {nxt['n']})"
+    return {
+        "rank": str(e["rank"]),
+        "model": e["model_name"],
+        "percent": f"{e['percent']:.{digits}f}",
+        "percent_ci": f"[{e['percent_ci'][0]:.{digits}f}, {e['percent_ci'][1]:.{digits}f}]",
+        "delta": delta,
+        "vs_next": vs,
+        "mean": f"{e['mean']:.3f}",
+        "answered": str(e["n_answered"]),
+        "missing": str(e["n_missing"]),
+        "uncertain": fmt(None if share is None else 100 * share, digits),
+    }
+
+
+def breakdown_columns(entries: list[dict]) -> list[tuple[str, str, str]]:
+    """(key, group, header) of the per-modality and per-category table."""
+    cols = []
+    for key, title in (("by_modality", "modality"), ("by_category", "category")):
+        for g in sorted({g for e in entries for g in e[key]}):
+            cols.append((key, g, f"{title}: {g} (correct %, n questions)"))
+    return cols
+
+
+def breakdown_cell(e: dict, key: str, group: str, digits: int = 1) -> str:
+    v = e[key].get(group)
+    return "" if v is None else f"{v['percent']:.{digits}f} (n={v['n']})"
+
+
+def doubtful_note(doubtful: dict) -> str:
+    if doubtful["count"] is None:
+        return doubtful["note"]
+    return (f"{doubtful['count']} questions with a mean predicted variance above {doubtful['threshold']:g} "
+            f"(the {len(doubtful['items'])} highest listed); review them for flawed questions or references.")
+
+
+DOUBTFUL_COLUMNS = ("Question id", "Mean predicted variance (rating², 0-4)", "Modality", "Category", "Question",
+                    "Reference")
+
+
+def doubtful_cells(d: dict) -> list[str]:
+    return [d["question_id"], f"{d['mean_variance']:.2f}", d["modality"], d["category"], d["question"],
+            " / ".join(d["reference"])]
+
+
+def header_lines(meta: dict) -> list[str]:
+    """What every page says about itself: the judge, the package, the date, the statistics and how to submit."""
+    bench, s, judge = meta["benchmark"], meta["settings"], meta["model"]
+    lines = [
+        f"Judge: {judge['id']} (revision {judge.get('revision') or 'unpinned'}; {judge['score_type']} head); "
+        f"orca-judge {meta.get('package_version', 'unknown')}; updated {meta.get('date', 'unknown')}.",
+        f"{bench['n_questions']} questions. Scores are ORCA's predicted mean correctness, 0 % = rating {s['scale'][0]:g}, "
+        f"100 % = rating {s['scale'][1]:g}; {100 * s['confidence']:g}% bootstrap intervals over questions "
+        f"({s['bootstrap']} resamples, seed {s['seed']}). Equal scores at the shown precision share a rank; "
+        f"a neighbour whose paired bootstrap test is not significant at α = {s.get('alpha', 0.05):g} is shown as tied. "
+        f"High uncertainty = predicted rating variance > {s['uncertainty_threshold']:g}.",
+    ]
+    if meta.get("how_to_submit"):
+        lines.append(f"How to submit: {meta['how_to_submit']}")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------ markdown
 
 
@@ -44,53 +146,105 @@ def md(text) -> str:
     return re.sub(r"([\\`*_\[\]|#])", r"\\\1", text)
 
 
-def fmt(x, digits=1) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
-
-
 def render_markdown(meta: dict, entries: list[dict], doubtful: dict) -> str:
-    bench, s = meta["benchmark"], meta["settings"]
-    lines = [
-        f"# {bench['title']} leaderboard (ORCA)",
-        "",
-        f"Judge: {md(meta['model']['id'])} ({meta['model']['score_type']}); {bench['n_questions']} questions; "
-        f"95% bootstrap intervals over questions ({s['bootstrap']} resamples, seed {s['seed']}); "
-        f"high uncertainty = predicted variance > {s['uncertainty_threshold']:g}.",
-        "",
-        "| rank | model | mean (1-5) | correct % | 95% CI (%) | answered | missing | high-uncertainty % | vs next: diff (p) |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---|",
-    ]
+    digits = meta["settings"].get("percent_digits", 1)
+    cols = ranking_columns(meta)
+    lines = [f"# {meta['benchmark']['title']} leaderboard (ORCA)", ""]
+    lines += [md(x) for x in header_lines(meta)]
+    lines += ["", "| " + " | ".join(h for _, h in cols) + " |", "|" + "|".join("---" if k == "model" else "---:" for k, _ in cols) + "|"]
     for e in entries:
-        name = md(e["model_name"])
+        cells = {k: md(v) for k, v in ranking_cells(e, digits).items()}
         link = safe_link(e["link"])
         if link:
-            name = f"[{name}]({link.replace('(', '%28').replace(')', '%29')})"
-        share = e["high_uncertainty"]["share"]
-        nxt = e.get("vs_next")
-        vs = "" if not nxt else f"{fmt(nxt['diff'], 3)} (p={fmt(nxt['p_value'], 3)}, n={nxt['n']})"
-        lines.append(f"| {e['rank']} | {name} | {e['mean']:.3f} | {e['percent']:.1f} | "
-                     f"[{e['percent_ci'][0]:.1f}, {e['percent_ci'][1]:.1f}] | {e['n_answered']} | {e['n_missing']} | "
-                     f"{fmt(None if share is None else 100 * share)} | {vs} |")
-    for key, title in (("by_modality", "modality"), ("by_category", "category")):
-        groups = sorted({g for e in entries for g in e[key]})
-        lines += ["", f"## Correct % per {title}", "", "| model | " + " | ".join(md(g) for g in groups) + " |",
-                  "|---|" + "---:|" * len(groups)]
-        for e in entries:
-            cells = [fmt(e[key][g]["percent"]) + f" (n={e[key][g]['n']})" if g in e[key] else "" for g in groups]
-            lines.append(f"| {md(e['model_name'])} | " + " | ".join(cells) + " |")
-    lines += ["", "## Doubtful items", ""]
-    if doubtful["count"] is None:
-        lines.append(doubtful["note"])
-    else:
-        lines.append(f"{doubtful['count']} questions with a mean predicted variance above {doubtful['threshold']:g} "
-                     f"(the {len(doubtful['items'])} highest listed); review them for flawed questions or references.")
-        if doubtful["items"]:
-            lines += ["", "| question id | mean variance | modality | question | reference |", "|---|---:|---|---|---|"]
-            for d in doubtful["items"]:
-                lines.append(f"| {md(d['question_id'])} | {d['mean_variance']:.2f} | {md(d['modality'])} | "
-                             f"{md(d['question'])} | {md(' / '.join(d['reference']))} |")
+            cells["model"] = f"[{cells['model']}]({link.replace('(', '%28').replace(')', '%29')})"
+        lines.append("| " + " | ".join(cells[k] for k, _ in cols) + " |")
+    bcols = breakdown_columns(entries)
+    lines += ["", "## Correct % per modality and category", "",
+              "| model | " + " | ".join(md(h) for _, _, h in bcols) + " |", "|---|" + "---:|" * len(bcols)]
+    for e in entries:
+        lines.append(f"| {md(e['model_name'])} | " + " | ".join(breakdown_cell(e, k, g, digits) for k, g, _ in bcols) + " |")
+    lines += ["", "## Doubtful items", "", md(doubtful_note(doubtful))]
+    if doubtful["count"] and doubtful["items"]:
+        lines += ["", "| " + " | ".join(DOUBTFUL_COLUMNS) + " |", "|---|---:|---|---|---|---|"]
+        for d in doubtful["items"]:
+            lines.append("| " + " | ".join(md(c) for c in doubtful_cells(d)) + " |")
     lines += ["", "Plots: `plots/ranking.png`, `plots/breakdown.png`, `plots/uncertainty.png`; page: `index.html`.", ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ HTML tables
+
+
+def _cell(tag: str, text: str, cls: str = "", value=None) -> str:
+    attrs = f' class="{cls}"' if cls else ""
+    if value is not None:
+        attrs += f' data-v="{html.escape(str(value))}"'
+    return f"<{tag}{attrs}>{html.escape(text)}</{tag}>"
+
+
+def ranking_table_html(meta: dict, entries: list[dict], table_id: str = "board") -> str:
+    """The ranking as an HTML table inside a box that scrolls sideways on a narrow screen. Every user string is
+    escaped; only http(s) links become anchors. `data-v` holds the raw value a column sorts by."""
+    digits = meta["settings"].get("percent_digits", 1)
+    cols = ranking_columns(meta)
+    sort_value = {"rank": lambda e: e["rank"], "model": lambda e: e["model_name"].lower(),
+                  "percent": lambda e: e["percent"], "percent_ci": lambda e: e["percent_ci"][0],
+                  "delta": lambda e: e["vs_next"]["diff_pp"] if e.get("vs_next") else "",
+                  "vs_next": lambda e: e["vs_next"]["p_value"] if e.get("vs_next") and e["vs_next"]["p_value"] is not None else "",
+                  "mean": lambda e: e["mean"], "answered": lambda e: e["n_answered"], "missing": lambda e: e["n_missing"],
+                  "uncertain": lambda e: "" if e["high_uncertainty"]["share"] is None else e["high_uncertainty"]["share"]}
+    head = "".join(f'<th data-key="{k}" class="{"text" if k in ("model", "vs_next") else ""}">{html.escape(h)}</th>'
+                   for k, h in cols)
+    rows = []
+    for e in entries:
+        cells = ranking_cells(e, digits)
+        tds = []
+        for k, _ in cols:
+            if k == "model":
+                link = safe_link(e["link"])
+                inner = html.escape(cells[k])
+                if link:
+                    inner = f'<a href="{html.escape(link)}" rel="noopener noreferrer nofollow" target="_blank">{inner}</a>'
+                tds.append(f'<td class="text model" data-v="{html.escape(sort_value[k](e))}">{inner}</td>')
+            else:
+                tds.append(_cell("td", cells[k], "text" if k == "vs_next" else "", sort_value[k](e)))
+        tied = " tied" if e.get("vs_next") and e["vs_next"]["tied"] else ""
+        rows.append(f'<tr data-rank="{e["rank"]}" class="entry{tied}">' + "".join(tds) + "</tr>")
+    return (f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def breakdown_table_html(meta: dict, entries: list[dict], table_id: str = "breakdown") -> str:
+    digits = meta["settings"].get("percent_digits", 1)
+    cols = breakdown_columns(entries)
+    head = '<th class="text">Model</th>' + "".join(_cell("th", h) for _, _, h in cols)
+    rows = "".join("<tr>" + _cell("td", e["model_name"], "text") +
+                   "".join(_cell("td", breakdown_cell(e, k, g, digits)) for k, g, _ in cols) + "</tr>" for e in entries)
+    return (f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>")
+
+
+def doubtful_table_html(doubtful: dict, table_id: str = "doubtful") -> str:
+    note = f'<p class="note" id="{html.escape(table_id)}-note">{html.escape(doubtful_note(doubtful))}</p>'
+    if not doubtful["count"] or not doubtful["items"]:
+        return note
+    head = "".join(_cell("th", h, "text") for h in DOUBTFUL_COLUMNS)
+    rows = "".join("<tr>" + "".join(_cell("td", c, "" if i == 1 else "text") for i, c in enumerate(doubtful_cells(d)))
+                   + "</tr>" for d in doubtful["items"])
+    return (note + f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>")
+
+
+# tables scroll inside their box on a narrow screen instead of widening the page
+TABLE_CSS = """
+.scroll { overflow-x: auto; max-width: 100%; }
+.scroll table { border-collapse: collapse; margin: .4rem 0 1.2rem; font-size: .92rem; }
+.scroll th, .scroll td { border-bottom: 1px solid #ddd; padding: .35rem .6rem; text-align: right; vertical-align: top; white-space: nowrap; }
+.scroll th { background: #f3f5f8; white-space: normal; min-width: 4.5rem; max-width: 11rem; }
+.scroll td.text, .scroll th.text { text-align: left; }
+.scroll td.text { white-space: normal; min-width: 8rem; }
+.scroll tr.tied td { border-bottom: 1px dashed #bbb; }
+"""
 
 
 # ------------------------------------------------------------------------------------------------ plots
@@ -106,11 +260,13 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if not entries:  # an app with no submissions yet
+        return []
     names = [_label(f"{e['rank']}. {e['model_name']}") for e in entries]
     written = []
+    y = list(range(len(entries)))[::-1]  # rank 1 at the top
 
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(entries)))
-    y = list(range(len(entries)))[::-1]  # rank 1 at the top
     pct = [e["percent"] for e in entries]
     err = [[e["percent"] - e["percent_ci"][0] for e in entries], [e["percent_ci"][1] - e["percent"] for e in entries]]
     ax.barh(y, pct, xerr=err, capsize=4, color="#4c78a8")
@@ -131,6 +287,7 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
             ax.bar(xs, [e[key].get(g, {}).get("percent", 0.0) for g in groups], width, label=names[i])
         ax.set_xticks(range(len(groups)), [_label(g) for g in groups], rotation=20, ha="right")
         ax.set_ylim(0, 100)
+        ax.set_ylabel("correct %")
         ax.set_title(f"correct % {title}")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(entries), 4), fontsize=8)
@@ -139,14 +296,21 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
     plt.close(fig)
     written.append("breakdown.png")
 
-    if all(e["_scored"]["variances"] is not None for e in entries):
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for name, e in zip(names, entries):
-            ax.hist(e["_scored"]["variances"], bins=30, range=(0, 4), histtype="step", label=name)
-        ax.axvline(threshold, color="k", linestyle="--", label=f"threshold {threshold:g}")
-        ax.set_xlabel("predicted variance of the rating (1-5 scale)")
-        ax.set_ylabel("answers")
-        ax.legend(fontsize=8)
+    if entries and all(e["_scored"]["variances"] is not None for e in entries):
+        # one row per submission (a box of its answers' predicted variances), so every submission stays visible
+        fig, ax = plt.subplots(figsize=(8, 1.4 + 0.5 * len(entries)))
+        old_mpl = tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) < (3, 10)  # no `orientation` yet
+        ax.boxplot([e["_scored"]["variances"] for e in entries], positions=y, widths=0.6, showfliers=True,
+                   flierprops={"markersize": 2}, **({"vert": False} if old_mpl else {"orientation": "horizontal"}))
+        for yi, e in zip(y, entries):
+            share = e["high_uncertainty"]["share"]
+            ax.annotate(f"{100 * share:.1f}% > {threshold:g}", (4.0, yi), xytext=(-4, 0), textcoords="offset points",
+                        ha="right", va="center", fontsize=8)
+        ax.axvline(threshold, color="k", linestyle="--", label=f"high-uncertainty threshold {threshold:g}")
+        ax.set_yticks(y, names)
+        ax.set_xlim(0, 4)
+        ax.set_xlabel("predicted variance of the rating (rating², 1-5 scale: 0-4)")
+        ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
         fig.savefig(plots / "uncertainty.png", dpi=PLOT_DPI)
         plt.close(fig)
@@ -154,27 +318,19 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
     return written
 
 
-# ------------------------------------------------------------------------------------------------ HTML
-
-
-def embed_json(obj) -> str:
-    """JSON that is safe inside <script type="application/json">: no `<`, `>` or `&` can end the element."""
-    text = json.dumps(obj, ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+# ------------------------------------------------------------------------------------------------ static page
 
 
 def render_html(meta: dict, entries: list[dict], doubtful: dict, plots: list[str]) -> str:
     template = resources.files("eval_suite").joinpath("leaderboard_assets/page.html").read_text(encoding="utf-8")
-    data = {"meta": meta, "entries": [{**e, "link_url": safe_link(e["link"])} for e in entries], "doubtful": doubtful}
-    s = meta["settings"]
     values = {
         "TITLE": html.escape(f"{meta['benchmark']['title']} leaderboard (ORCA)"),
-        "SUBTITLE": html.escape(
-            f"Judge {meta['model']['id']} ({meta['model']['score_type']}); {meta['benchmark']['n_questions']} questions; "
-            f"95% bootstrap intervals over questions ({s['bootstrap']} resamples, seed {s['seed']}); high uncertainty = "
-            f"predicted variance > {s['uncertainty_threshold']:g}."),
+        "CSS": TABLE_CSS,
+        "SUBTITLE": "".join(f'<p class="sub">{html.escape(x)}</p>' for x in header_lines(meta)),
+        "BOARD": ranking_table_html(meta, entries),
+        "BREAKDOWN": breakdown_table_html(meta, entries),
+        "DOUBTFUL": doubtful_table_html(doubtful),
         "PLOTS": "\n".join(f'<img src="plots/{html.escape(p)}" alt="{html.escape(p)}">' for p in plots),
-        "DATA": embed_json(data),
     }
     # one pass, so a placeholder-like string inside user data is never substituted again
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
@@ -185,9 +341,9 @@ def write_outputs(out: Path, meta: dict, board: dict, questions) -> dict:
     (out / "plots").mkdir(parents=True, exist_ok=True)
     (out / "answers").mkdir(exist_ok=True)
     entries = board["entries"]
-    for e in entries:
-        # rank prefix: two submissions with the same name still get two files
-        rel = f"answers/{e['rank']:02d}-{slugify(e['model_name'])}.jsonl"
+    for position, e in enumerate(entries, start=1):
+        # position prefix: two submissions with the same name (or rank) still get two files
+        rel = f"answers/{position:02d}-{slugify(e['model_name'])}.jsonl"
         s = e["_scored"]
         with open(inside(out, rel), "w", encoding="utf-8") as fh:
             for i, q in enumerate(questions):

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import numpy as np
 
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95  # of the bootstrap intervals
+ALPHA = 0.05  # significance level of the paired test between neighbouring ranks
 
 
 def percent(mean: float, lo: float = 1.0, hi: float = 5.0) -> float:

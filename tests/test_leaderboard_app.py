@@ -1,0 +1,525 @@
+"""The leaderboard web app (eval_suite/leaderboard/app.py): validation before scoring, storage (local folder, a Hub
+dataset through a mocked HfApi, failures that keep nothing), replacement, restarts, one submission at a time,
+the Space folder of `push_to_hub.py leaderboard`, and the real page in headless chromium through selenium."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import test_leaderboard
+from test_leaderboard import FakeOrca, N, answers_with, expected_percent, question_rows, write_sub
+
+from eval_suite.leaderboard import ALPHA, MAX_SUBMISSION_BYTES
+from eval_suite.leaderboard.app import Leaderboard
+from eval_suite.leaderboard.data import SubmissionError, load_questions
+from eval_suite.leaderboard.store import ResultStore, StoreError
+
+REPO = Path(__file__).resolve().parents[1]
+tiny_model_dir = test_leaderboard.tiny_model_dir  # the fixture: a tiny random ORCA saved as a folder
+JUDGE = {"id": "fake-judge", "revision": "r1", "score_type": "multinomial", "clamp": {}}
+
+
+def settings(**over) -> argparse.Namespace:
+    base = dict(uncertainty_threshold=1.0, doubtful_threshold=None, doubtful_top=50, bootstrap=200, seed=0,
+                alpha=ALPHA, max_submission_bytes=MAX_SUBMISSION_BYTES, batch_size=16)
+    return argparse.Namespace(**{**base, **over})
+
+
+@pytest.fixture
+def questions(tmp_path):
+    path = tmp_path / "mmau.json"
+    path.write_text(json.dumps(question_rows()))
+    return {"mmau-test-mini": load_questions("mmau-test-mini", questions=path)}
+
+
+def make_lb(folder, questions, fake=None, store=None, **over) -> Leaderboard:
+    return Leaderboard(fake or FakeOrca(), None, JUDGE, store or ResultStore(folder), questions, settings(**over))
+
+
+def stored_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and "board" not in p.parts)
+
+
+def test_invalid_submission_is_reported_by_line_and_nothing_is_scored_or_stored(tmp_path, questions):
+    fake = FakeOrca()
+    lb = make_lb(tmp_path / "results", questions, fake)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"question_id": "q00", "answer": "dog"}\n{"question_id": "zz", "answer": "x"}\n'
+                    b'{"question_id": "q01", "answer": 3}\nnot json\n')
+    with pytest.raises(SubmissionError) as err:
+        lb.submit("mmau-test-mini", "Broken", "", bad)
+    assert err.value.errors == ["line 2: unknown question_id 'zz' for mmau-test-mini",
+                                "line 3: 'answer' must be a string, got int",
+                                "line 4: malformed JSON: Expecting value at column 1"]
+    with pytest.raises(SubmissionError, match="empty model name"):
+        lb.submit("mmau-test-mini", "  ", "", write_sub(tmp_path / "ok.jsonl", answers_with({1})))
+    assert fake.records == [] and stored_files(tmp_path / "results") == []
+    assert lb.results["mmau-test-mini"]["entries"] == []
+
+
+def test_valid_submissions_are_judged_stored_ranked_and_replaced_only_when_asked(tmp_path, questions):
+    fake = FakeOrca()
+    lb = make_lb(tmp_path / "results", questions, fake)
+    good = write_sub(tmp_path / "good.jsonl", answers_with(set(range(N)), skip={5}))
+    poor = write_sub(tmp_path / "poor.jsonl", answers_with(set(range(0, N, 3))))
+    lb.submit("mmau-test-mini", "Good LM", "https://example.org/good", good)
+    result = lb.submit("mmau-test-mini", "Poor LM", "", poor)
+    assert [e["model_name"] for e in result["entries"]] == ["Good LM", "Poor LM"]
+    assert result["entries"][1]["percent"] == pytest.approx(expected_percent(1 / 3))
+    assert result["entries"][0]["n_missing"] == 1
+    record = json.loads(next((tmp_path / "results/mmau-test-mini/submissions").glob("Good-LM-*.json")).read_text())
+    assert record["judge"] == JUDGE and record["package_version"] and record["submitted_at"]
+    assert record["answers"]["q00"] == question_rows()[0]["answer"] and "q05" not in record["answers"]
+    assert len(record["scores"]["means"]) == N and record["scores"]["answered"][5] is False
+    assert json.loads((tmp_path / "results/mmau-test-mini/leaderboard.json").read_text())["entries"][0]["model_name"] == "Good LM"
+
+    n_scored = len(fake.records)
+    better = write_sub(tmp_path / "better.jsonl", answers_with(set(range(N))))
+    with pytest.raises(SubmissionError, match="tick \"replace\""):
+        lb.submit("mmau-test-mini", "Poor LM", "", better)
+    assert len(fake.records) == n_scored  # refused before scoring
+    result = lb.submit("mmau-test-mini", "Poor LM", "", better, replace=True)
+    assert [e["model_name"] for e in result["entries"]] == ["Poor LM", "Good LM"]
+    assert len(list((tmp_path / "results/mmau-test-mini/submissions").glob("*.json"))) == 2
+
+    # a restart ranks the stored scores again without scoring anything
+    class NoScoring(FakeOrca):
+        def predict(self, *a, **k):
+            raise AssertionError("scored twice")
+
+    again = make_lb(tmp_path / "results", questions, NoScoring())
+    assert again.results["mmau-test-mini"]["entries"] == result["entries"]
+
+
+def test_size_limit_is_checked_before_the_file_is_read(tmp_path, questions, monkeypatch):
+    lb = make_lb(tmp_path / "results", questions, max_submission_bytes=100)
+    big = write_sub(tmp_path / "big.jsonl", answers_with(set(range(N))))
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read a file over the limit"))
+    with pytest.raises(SubmissionError, match=r"^file: \d+ bytes, over the limit of 100 bytes$"):
+        lb.submit("mmau-test-mini", "Big", "", big)
+
+
+def test_two_submissions_at_once_are_queued_not_interleaved(tmp_path, questions):
+    events = []
+
+    class Slow(FakeOrca):
+        def predict(self, records, *a, **k):
+            events.append(("start", records[0]["candidate"]))
+            time.sleep(0.3)
+            out = super().predict(records, *a, **k)
+            events.append(("end", records[0]["candidate"]))
+            return out
+
+    lb = make_lb(tmp_path / "results", questions, Slow())
+    subs = {name: write_sub(tmp_path / f"{name}.jsonl", answers_with(set(range(k, N, 2)))) for k, name in enumerate("ab")}
+    threads = [threading.Thread(target=lb.submit, args=("mmau-test-mini", name, "", path)) for name, path in subs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [e[0] for e in events] == ["start", "end", "start", "end"]
+    assert len(lb.results["mmau-test-mini"]["entries"]) == 2
+
+
+class FakeHub:
+    """The HfApi calls the store makes, against a folder standing for the dataset repository."""
+
+    def __init__(self, remote: Path, fail: bool = False):
+        self.remote, self.fail, self.commits = remote, fail, []
+        remote.mkdir(parents=True, exist_ok=True)
+
+    def create_repo(self, repo_id, repo_type, private, exist_ok):
+        assert repo_type == "dataset" and exist_ok
+
+    def snapshot_download(self, repo_id, repo_type, local_dir):
+        shutil.copytree(self.remote, local_dir, dirs_exist_ok=True)
+
+    def upload_folder(self, repo_id, repo_type, folder_path, commit_message):
+        if self.fail:
+            raise ConnectionError("network unreachable")
+        files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
+        self.commits.append((commit_message, files))
+        shutil.copytree(folder_path, self.remote, dirs_exist_ok=True)
+
+
+def test_hub_results_are_one_commit_per_submission_and_a_failed_upload_keeps_nothing(tmp_path, questions):
+    hub = FakeHub(tmp_path / "remote")
+    lb = make_lb(tmp_path / "local", questions, store=ResultStore(tmp_path / "local", "org/results", api=hub))
+    lb.submit("mmau-test-mini", "First", "", write_sub(tmp_path / "a.jsonl", answers_with(set(range(N)))))
+    (message, files), = hub.commits
+    assert message == "Add First on mmau-test-mini" and len(files) == 3
+    assert {f.rsplit(".", 1)[-1] for f in files} == {"json", "jsonl"} and "mmau-test-mini/leaderboard.json" in files
+
+    before_local, before_remote = stored_files(tmp_path / "local"), stored_files(tmp_path / "remote")
+    hub.fail = True
+    with pytest.raises(StoreError, match="network unreachable"):
+        lb.submit("mmau-test-mini", "Second", "", write_sub(tmp_path / "b.jsonl", answers_with({1})))
+    assert stored_files(tmp_path / "local") == before_local and stored_files(tmp_path / "remote") == before_remote
+    assert [e["model_name"] for e in lb.results["mmau-test-mini"]["entries"]] == ["First"]
+    assert not list((tmp_path / "local").glob(".staging-*")) and not list((tmp_path / "local").glob(".board-*"))
+
+    # a fresh app on another machine starts from the repository
+    hub.fail = False
+    fresh = make_lb(tmp_path / "elsewhere", questions, store=ResultStore(tmp_path / "elsewhere", "org/results", api=hub))
+    assert [e["model_name"] for e in fresh.results["mmau-test-mini"]["entries"]] == ["First"]
+
+
+def test_app_refuses_a_results_repo_without_token_and_bad_flags(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    from eval_suite.leaderboard import app
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    assert app.main(["--model", str(tmp_path / "none"), "--results-repo", "org/results"]) == 2
+    assert "error: --results-repo needs a Hugging Face token" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        app.build_parser().parse_args(["--model", "m", "--questions", "no-such-benchmark=x.json"])
+    assert "expected BENCHMARK=FILE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ the Space folder
+
+
+def test_push_leaderboard_dry_run_writes_a_space_folder(tmp_path, monkeypatch):
+    import push_to_hub
+    from eval_suite.cli import package_version
+
+    out = tmp_path / "space"
+    qfile = tmp_path / "mmau.json"
+    qfile.write_text(json.dumps(question_rows()))
+    common = ["--model", "org/orca", "--questions", f"mmau-test-mini={qfile}"]
+    assert push_to_hub.main(["leaderboard", "--repo-id", "org/orca-board", *common, "--model-revision", "abc123",
+                             "--results-repo", "org/orca-results", "--dry-run", "--local-dir", str(out)]) == 0
+    assert json.loads((out / "data/mmau_test_mini/mmau-test-mini.json").read_text()) == question_rows()
+    readme = (out / "README.md").read_text()
+    header = readme.split("---")[1]
+    from importlib.metadata import version
+
+    import yaml
+
+    card = yaml.safe_load(header)
+    assert card["sdk"] == "gradio" and card["sdk_version"] == version("gradio") and card["app_file"] == "app.py"
+    assert f"orca-judge[space]=={package_version()}" in (out / "requirements.txt").read_text()
+    app = (out / "app.py").read_text()
+    assert "org/orca" in app and "abc123" in app and "org/orca-results" in app
+    compile(app, "app.py", "exec")
+
+    calls = []
+
+    class Api:
+        def __init__(self, token=None):
+            pass
+
+        def create_repo(self, repo_id, **kw):
+            calls.append(("create_repo", repo_id, kw.get("repo_type"), kw.get("space_sdk")))
+            return f"https://huggingface.co/spaces/{repo_id}"
+
+        def upload_folder(self, repo_id, folder_path, repo_type, revision, commit_message):
+            calls.append(("upload_folder", repo_id, repo_type, sorted(p.name for p in Path(folder_path).iterdir())))
+            return type("Info", (), {"oid": "f" * 40})()
+
+    monkeypatch.setattr(push_to_hub, "HfApi", Api)
+    monkeypatch.setattr(push_to_hub, "get_token", lambda: "hf_test")
+    assert push_to_hub.main(["leaderboard", "--repo-id", "org/orca-board", *common]) == 0
+    assert calls[0] == ("create_repo", "org/orca-board", "space", "gradio")
+    assert calls[1][:3] == ("upload_folder", "org/orca-board", "space") and {"app.py", "README.md",
+                                                                           "requirements.txt"} <= set(calls[1][3])
+
+
+def test_the_space_folder_serves_the_app(tmp_path, tiny_model_dir):
+    """`python app.py` in the written Space folder, as the Space runs it, serves the leaderboard page."""
+    import urllib.request
+
+    import push_to_hub
+
+    space = tmp_path / "space"
+    qfile = tmp_path / "mmau.json"
+    qfile.write_text(json.dumps(question_rows()))
+    assert push_to_hub.main(["leaderboard", "--repo-id", "org/board", "--model", str(tiny_model_dir), "--questions",
+                             f"mmau-test-mini={qfile}", "--dry-run", "--local-dir", str(space)]) == 0
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(REPO)}
+    with open(tmp_path / "space.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=space, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline, page = time.time() + 300, None
+        while page is None and time.time() < deadline:
+            assert proc.poll() is None, (tmp_path / "space.log").read_text()[-3000:]
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.5)
+        assert page is not None and "ORCA leaderboard" in page
+        assert (space / "leaderboard-results" / "mmau-test-mini" / "board" / "leaderboard.json").exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------------------------------------ a real browser
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def need_browser():
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (make browser: apt-get install chromium chromium-driver)")
+
+
+class App:
+    """The app as a user starts it (`python -m eval_suite.leaderboard.app ...`) on a free localhost port: in a
+    process of its own, or (the fast test) in this process with the same arguments, skipping a second import of
+    torch, transformers and gradio."""
+
+    def __init__(self, tmp_path: Path, model: Path, results: Path, questions: Path, *, own_process: bool):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/"
+        argv = ["--model", str(model), "--questions", f"mmau-test-mini={questions}", "--results", str(results),
+                "--port", str(port), "--bootstrap", "200", "--device", "cpu", "--quiet"]
+        self.proc = self.demo = None
+        if own_process:
+            self.log = tmp_path / f"app-{port}.log"
+            with open(self.log, "w") as log:
+                self.proc = subprocess.Popen([sys.executable, "-m", "eval_suite.leaderboard.app", *argv], cwd=REPO,
+                                             stdout=log, stderr=subprocess.STDOUT,
+                                             env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"})
+        else:
+            from eval_suite.leaderboard import app
+
+            lb = app.from_args(app.build_parser().parse_args(argv))
+            self.demo = app.build_demo(lb)
+            app.launch(self.demo, lb, port=port, block=False)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"the app exited: {self.log.read_text()[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise AssertionError("the app did not answer within 300 s")
+
+    def stop(self) -> None:
+        if self.demo is not None:
+            self.demo.close()
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def chrome(profile: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1300,1100",
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):  # localhost only
+        opts.add_argument(flag)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+
+
+def wait_for(driver, condition, timeout=120, what="the page"):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.3).until(condition, message=f"waiting for {what}")
+
+
+def open_tab(driver, title: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    wait_for(driver, lambda d: d.find_elements(By.XPATH, f"//button[@role='tab' and contains(., '{title}')]"),
+             what=f"the {title} tab")[0].click()
+
+
+def submit_in_page(driver, name: str, path: Path, *, replace: bool = False) -> str:
+    """Fill the submit tab like a person and return the message the page shows."""
+    from selenium.webdriver.common.by import By
+
+    open_tab(driver, "Submit")
+    box = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#submit-name input, #submit-name textarea"),
+                   what="the name box")[0]
+    box.clear()
+    box.send_keys(name)
+    old = driver.find_element(By.ID, "submit-result").text
+    clear = driver.find_elements(By.CSS_SELECTOR, "#submit-file button[aria-label='Clear']")
+    if clear:
+        clear[0].click()
+    driver.find_element(By.CSS_SELECTOR, "#submit-file input[type=file]").send_keys(str(path))
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'#submit-file td.filename[aria-label="{path.name}"]'),
+             what="the upload")
+    tick = driver.find_element(By.CSS_SELECTOR, "#submit-replace input[type=checkbox]")
+    if tick.is_selected() != replace:
+        tick.click()
+    driver.find_element(By.ID, "submit-button").click()
+    busy = "#submit-result [data-testid=status-tracker]:not(.hide)"  # gradio's progress/timer overlay
+
+    def final_text(d):
+        text = d.find_element(By.ID, "submit-result").text
+        return None if d.find_elements(By.CSS_SELECTOR, busy) or not text.startswith(("Accepted", "Not ")) else text
+
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, busy) or (final_text(d) or old) != old,
+             what=f"{name} to be taken")
+    return wait_for(driver, final_text, timeout=600, what=f"the result of submitting {name}")
+
+
+def page_ranking(driver) -> list[list[str]]:
+    from selenium.webdriver.common.by import By
+
+    open_tab(driver, "Ranking")
+    rows = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#ranking table#board tbody tr") or
+                    d.find_elements(By.ID, "empty-board"), what="the ranking table")
+    return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in rows if tr.tag_name == "tr"]
+
+
+def json_ranking(results: Path) -> list[list[str]]:
+    from eval_suite.leaderboard.render import ranking_cells, ranking_columns
+
+    board = json.loads((results / "mmau-test-mini" / "leaderboard.json").read_text())
+    keys = [k for k, _ in ranking_columns(board)]
+    return [[ranking_cells(e)[k] for k in keys] for e in board["entries"]]
+
+
+def browser_session(tmp_path, model: Path, questions: Path, good: list[tuple[str, Path]], broken: Path,
+                    broken_errors: list[str], shots: Path, *, own_process: bool) -> list[list[str]]:
+    """Everything a visitor and a submitter do, in a real browser: returns the final ranking as the page shows it."""
+    from selenium.webdriver.common.by import By
+
+    results = tmp_path / "results"
+    app = App(tmp_path, model, results, questions, own_process=own_process)
+    driver = chrome(tmp_path / "profile")
+    try:
+        driver.get(app.url)
+        assert page_ranking(driver) == []  # nothing yet
+        message = submit_in_page(driver, "Broken LM", broken)
+        assert message.startswith("Not accepted"), message
+        shown = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#submit-errors li")]
+        assert shown == broken_errors
+        driver.save_screenshot(str(shots / "1-broken-submission.png"))
+        assert not (results / "mmau-test-mini" / "submissions").exists()
+        for name, path in good:
+            message = submit_in_page(driver, name, path)
+            assert message.startswith(f"Accepted: {name} is ranked"), message
+        driver.save_screenshot(str(shots / "2-accepted.png"))
+        message = submit_in_page(driver, good[0][0], good[0][1])  # again, without ticking "replace"
+        assert "tick \"replace\"" in message, message
+        assert submit_in_page(driver, good[0][0], good[0][1], replace=True).startswith("Accepted")
+        ranking = page_ranking(driver)
+        assert ranking == json_ranking(results) and len(ranking) == len(good)
+        driver.save_screenshot(str(shots / "3-ranking.png"))
+        plots = driver.find_elements(By.CSS_SELECTOR, "#ranking img.plot")
+        assert [p.get_attribute("alt") for p in plots] == ["plots/ranking.png", "plots/breakdown.png", "plots/uncertainty.png"]
+        for plot in plots:
+            assert plot.get_property("naturalWidth") > 300  # the image decoded
+            driver.execute_script("arguments[0].scrollIntoView();", plot)
+            plot.screenshot(str(shots / f"3-plot-{plot.get_attribute('alt').split('/')[1]}"))
+        driver.set_window_size(420, 1100)  # a phone: the table scrolls inside its box, the page does not widen
+        driver.execute_script("document.querySelector('#ranking .scroll').scrollIntoView();")
+        time.sleep(0.5)
+        box = driver.execute_script("const b = document.querySelector('#ranking .scroll');"
+                                    "return [b.scrollWidth, b.clientWidth, document.documentElement.scrollWidth,"
+                                    " window.innerWidth];")
+        assert box[0] > box[1] and box[2] <= box[3] + 1, box
+        driver.save_screenshot(str(shots / "4-narrow.png"))
+        driver.set_window_size(1300, 1100)
+        app.stop()
+        app = App(tmp_path, model, results, questions, own_process=own_process)  # a restart: results still there
+        driver.get(app.url)
+        after = page_ranking(driver)
+        assert after == ranking
+        driver.save_screenshot(str(shots / "5-after-restart.png"))
+    finally:
+        driver.quit()
+        app.stop()
+    return after
+
+
+def shots_dir(tmp_path) -> Path:
+    """Screenshots go to $ORCA_SCREENSHOTS when set (to look at them), else beside the test's files."""
+    folder = Path(os.environ.get("ORCA_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+BROKEN = (b'{"question_id": "q00", "answer": "dog"}\n{"question_id": "nope", "answer": "dog"}\n'
+          b'{"question_id": "q01", "answer": null}\n{"question_id": "q00", "answer": "cat"}\n')
+BROKEN_ERRORS = ["line 2: unknown question_id 'nope' for mmau-test-mini",
+                 "line 3: 'answer' must be a string, got NoneType",
+                 "line 4: duplicate question_id 'q00' (first on line 1)"]
+
+
+def test_app_in_headless_chromium_tiny_model(tmp_path, tiny_model_dir):
+    """The fast variant: the fixture benchmark and a tiny random ORCA, through the real page."""
+    need_browser()
+    questions = tmp_path / "mmau.json"
+    questions.write_text(json.dumps(question_rows()))
+    good = [("Half right", write_sub(tmp_path / "half.jsonl", answers_with(set(range(0, N, 2))))),
+            ("All right <b>&</b>", write_sub(tmp_path / "all.jsonl", answers_with(set(range(N)), skip={3})))]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(BROKEN)
+    ranking = browser_session(tmp_path, tiny_model_dir, questions, good, broken, BROKEN_ERRORS, shots_dir(tmp_path),
+                              own_process=False)
+    assert sorted(r[1] for r in ranking) == sorted(name for name, _ in good)  # names shown as text, not markup
+
+
+@pytest.mark.real
+def test_app_in_headless_chromium_real_answers(tmp_path, shared_data):
+    """The two real audio-LM answer sets on MMAU test-mini (converted with `orca-leaderboard export-submission`),
+    judged by an ORCA on the real MiniLM backbone (head freshly initialised: no trained judge exists in CI),
+    through the real page of the app in its own process."""
+    need_browser()
+    import torch
+
+    from eval_suite.backbones import minilm_path
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    torch.manual_seed(0)
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(minilm_path(), score_type="multinomial", pooling="mean")
+    torch.nn.init.normal_(model.score_head.weight, std=0.05)  # a head that tells answers apart (untrained)
+    judge = tmp_path / "orca-minilm"
+    model.save_pretrained(judge)
+    tokenizer.save_pretrained(judge)
+    good = []
+    for stem, name in (("qwen2_audio_7b_instruct", "Qwen2-Audio-7B-Instruct"), ("qwen_audio_chat", "Qwen-Audio-Chat")):
+        out = tmp_path / f"{stem}.jsonl"
+        subprocess.run([sys.executable, "-m", "eval_suite.leaderboard", "export-submission", "--lalm-outputs",
+                        str(shared_data / "lalm_outputs_mmau" / f"{stem}_results.json"), "--out", str(out)],
+                       cwd=REPO, check=True, capture_output=True)
+        good.append((name, out))
+    lines = good[1][1].read_bytes().splitlines()
+    first = json.loads(lines[0])["question_id"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b"\n".join([lines[0], b'{"question_id": "nope", "answer": "dog"}', b'{"question_id": 7}',
+                                   lines[0], *lines[1:5]]) + b"\n")
+    errors = ["line 2: unknown question_id 'nope' for mmau-test-mini", "line 3: 'question_id' must be a string, got int",
+              f"line 4: duplicate question_id '{first}' (first on line 1)"]
+    questions = shared_data / "mmau_test_mini" / "mmau-test-mini.json"
+    ranking = browser_session(tmp_path, judge, questions, good, broken, errors, shots_dir(tmp_path), own_process=True)
+    assert sorted(r[1] for r in ranking) == sorted(name for name, _ in good)
+    assert all(r[7] == "1000" and r[8] == "0" for r in ranking)  # every question answered
