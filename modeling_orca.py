@@ -341,8 +341,10 @@ def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
     width = max((len(r) for r in ratings), default=1) or 1
     out = torch.full((len(ratings), width), RATING_PAD, dtype=torch.long, device=device)
     for i, r in enumerate(ratings):
+        if any(isinstance(x, bool) or not float(x).is_integer() for x in r):  # 4.5 must not become 4 unseen
+            raise ValueError(f"ratings of item {i} are {list(r)}: ratings must be integers")
         if r:
-            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            out[i, : len(r)] = torch.tensor([int(x) for x in r], dtype=torch.long)
     return out
 
 
@@ -625,12 +627,14 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         ratings: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
+        with_probs: bool | None = None,
         **kwargs,
     ) -> OrcaOutput:
         """Padded rows (`attention_mask` (B, T)), one input each: pooled as `config.pooling` says. Or prefix-tree
         rows from `pack_prefix_tree` (`attention_mask` (R, 1, L, L) bool, `position_ids`, `pool_index` (N, 2)): N
         inputs pooled at `pool_index`, in its order; outputs and loss equal those of one row per input.
-        `ratings` (N, max ratings), padded with RATING_PAD, gives the loss."""
+        `ratings` (N, max ratings), padded with RATING_PAD, gives the loss. `with_probs` (default: in eval mode) computes
+        the Beta head's bin probabilities, a float64 series that training and `predict`'s batches do not need."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         backbone_kwargs = dict(self._backbone_kwargs, **kwargs)
@@ -661,7 +665,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         else:
             pooled = self.pool(hidden, attention_mask)  # (B, H)
         logits = self.score_head(pooled.to(self.score_head.weight.dtype))  # (N, num_head_outputs)
-        mean, variance, probs = distribution_statistics(logits, self.config, with_probs=not self.training)
+        mean, variance, probs = distribution_statistics(logits, self.config, with_probs=not self.training if with_probs is None else with_probs)
         loss = ratings_nll(logits, ratings, self.config).mean() if ratings is not None else None
         return OrcaOutput(loss=loss, logits=logits, mean=mean, variance=variance, probs=probs,
                           hidden_states=getattr(out, "hidden_states", None), attentions=getattr(out, "attentions", None))  # fmt: skip
@@ -683,7 +687,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
         order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
         for idx in _token_batches(order, [len(t) for t in token_ids], budget):
-            logits[idx] = self(**self.collate([token_ids[j] for j in idx], pad_id)).logits.float().cpu()
+            logits[idx] = self(**self.collate([token_ids[j] for j in idx], pad_id), with_probs=False).logits.float().cpu()
             progress(len(idx))
         return logits
 
@@ -695,7 +699,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         lengths = [len(r.tokens) for r in rows]
         for batch in _token_batches(sorted(range(len(rows)), key=lambda r: -lengths[r]), lengths, budget):
             packed, inputs = _pack_rows([rows[r] for r in batch], pad_id)
-            logits[inputs] = self(**{k: v.to(self.device) for k, v in packed.items()}).logits.float().cpu()
+            logits[inputs] = self(**{k: v.to(self.device) for k, v in packed.items()}, with_probs=False).logits.float().cpu()
             progress(len(inputs))
         return logits
 

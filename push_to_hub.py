@@ -773,10 +773,7 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
                            f"and hidden size {hidden} (expected {(REFERENCE_HEAD_OUTPUTS[ref_type], hidden)})")
 
     backbone.config.pad_token_id = tokenizer.pad_token_id
-    # a new composite config resets its sub-config's attention implementation: restore it (as from_backbone does)
-    attn_implementation = backbone.config._attn_implementation
     config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, **REFERENCE_TEMPLATE)
-    config._attn_implementation = attn_implementation
     model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
     with torch.no_grad():
         if ref_type == "bernoulli":

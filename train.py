@@ -14,6 +14,7 @@ import argparse
 import collections
 import contextlib
 import copy
+import difflib
 import json
 import logging
 import math
@@ -172,7 +173,6 @@ def orca_config_fields() -> dict[str, str]:
 def check_config(tree: dict, source: str) -> None:
     """Refuse an unknown key (naming the nearest valid one) or a value of the wrong type, in a config file's
     content or the command line's overrides (`source` says which)."""
-    import difflib
 
     known = {k: KEY_TYPES.get(k, type(v)) for k, v in leaf_keys(DEFAULTS).items() if not k.startswith("stages.")}
     names = list(known) + ["config", "resume"]
@@ -256,6 +256,20 @@ def load_run_config(path: str | None, overrides: list[str]) -> dict:
     unknown = set(config["skip_stages"]) - set(config["stages"])
     if unknown:
         raise SystemExit(f"skip_stages names unknown stages {sorted(unknown)}; stages are {list(config['stages'])}")
+    # a misspelt stage name in an override (`--stages.s4.lr`) would add a stage with no data: refuse it before any work
+    for name, stage in config["stages"].items():
+        if name in config["skip_stages"]:
+            continue
+        missing = [key for key in ("max_steps", "lr") if stage.get(key) is None]
+        if not stage.get("dataset") and not stage.get("files"):
+            missing.insert(0, "dataset (or files)")
+        if missing:
+            others = [s for s in config["stages"] if s != name]
+            near = difflib.get_close_matches(name, others, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f"; stages are {others}"
+            raise SystemExit(f"stage {name}: {', '.join(missing)} not set{hint}")
+    if config["training"]["batching"] not in ("shuffled", "question"):
+        raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose shuffled or question")
     return config
 
 
@@ -720,8 +734,6 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
         train_config.max_length = stage["max_length"]
     token_ids = tokenize_records(train_records, tokenizer, train_config)
     lengths = [len(ids) for ids in token_ids]
-    if t["batching"] not in ("shuffled", "question"):
-        raise SystemExit(f"training.batching is {t['batching']!r}; choose shuffled or question")
     groups = [r.get("question_id") or r["id"] for r in train_records] if t["batching"] == "question" else None
     # a question's answers in one micro-batch share one prefix-tree row: exact (see modeling_orca.pack_prefix_tree)
     share = bool(groups and t["prefix_sharing"] and unwrap_orca(model).prefix_sharing_supported)

@@ -18,19 +18,15 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 from transformers.utils import logging as _hf_logging  # noqa: E402
 
+from push_to_hub import REFERENCE_TEMPLATE  # noqa: E402
+
 _hf_logging.set_verbosity_error()
 _hf_logging.disable_progress_bar()
 
-# the reference release's input string: " |context: {rationale} |question: {question} |correct answer: {reference}
-# |candidate answer: {candidate}", tokenised without special tokens
-RELEASE_TEMPLATE = dict(
-    template_fields=["rationale", "question", "reference", "candidate"],
-    field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ", "candidate": "|candidate answer: "},
-    field_separator=" ",
-    template_prefix=" ",
-    skip_empty_fields=False,
-    add_special_tokens=False,
-)
+# the reference release's input string (" |context: {rationale} |question: {question} |correct answer: {reference}
+# |candidate answer: {candidate}", no special tokens): the converter's template, without its scoring-only settings
+RELEASE_TEMPLATE = {key: REFERENCE_TEMPLATE[key] for key in (
+    "template_fields", "field_labels", "field_separator", "template_prefix", "skip_empty_fields", "add_special_tokens")}
 BACKBONES = ("smollm2", "minilm", "tiny-llama", "llama3b-random")
 # random-weight Llamas with SmolLM2's tokenizer: a 2-layer one for smoke runs, and one of Llama-3.2-3B's sizes (the
 # vocabulary aside: SmolLM2's 49,152 ids, not 128,256) for a GPU run

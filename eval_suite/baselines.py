@@ -164,7 +164,3 @@ BASELINES: dict[str, Callable[[Sequence[dict]], list[float]]] = {
     "embedding_cosine": embedding_cosine,
 }
 
-
-def score_to_mean(scores) -> np.ndarray:
-    """[0, 1] baseline scores -> [1, 5] mean ratings."""
-    return 1.0 + 4.0 * np.asarray(scores, dtype=float)

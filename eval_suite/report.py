@@ -507,8 +507,9 @@ def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baseli
     statistics whose first entry is the mean, e.g. {"orca": means, "orca_median": medians}). Returns
     {set: {slice: judge_agreement(...)}}: every judge on the same items, ORCA (the first) as the reference of the
     paired differences (a baseline's ``diff_ci`` is baseline - ORCA)."""
-    from eval_suite.baselines import BASELINES, score_to_mean
+    from eval_suite.baselines import BASELINES
     from eval_suite.metrics import judge_agreement
+    from modeling_orca import unit_to_rating
 
     out = {}
     for set_name, (records, orca_mean) in sets.items():
@@ -518,7 +519,7 @@ def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baseli
         if any(len(v) != len(records) for v in judges.values()):
             raise ValueError(f"{set_name}: {len(records)} records but {[len(v) for v in judges.values()]} predictions")
         first = next(iter(judges))
-        judges.update({name: score_to_mean(BASELINES[name](records)) for name in baselines})
+        judges.update({name: unit_to_rating(np.asarray(BASELINES[name](records), dtype=float)) for name in baselines})
         out[set_name] = {}
         for slice_name, mask in ood_slices(records).items():
             out[set_name][slice_name] = judge_agreement(
@@ -590,13 +591,10 @@ def ood_markdown(ood: dict, *, slices: bool = True) -> str:
     return "\n\n".join(parts)
 
 
-def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int) -> dict:
+def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int, device=None, dtype=None) -> dict:
     """orca-eval --ood: each run's final/ model on the out-of-domain sets of its own fold."""
-    import torch
-
     from eval_suite.cli import load_model
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     results = {}
     for run in runs:
         if not (run.path / "final").is_dir():
@@ -607,7 +605,7 @@ def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int) ->
         if preds_file.exists():
             test = [p for p in read_jsonl(preds_file) if p.get("ratings")]
             in_domain = (test_records_of(run, test), test)
-        model, tokenizer = load_model(str(run.path / "final"), device=device)
+        model, tokenizer = load_model(str(run.path / "final"), device=device, dtype=dtype)
         results[run.name] = ood_evaluation(model, tokenizer, data_dir=d.get("data_dir"), fold=d.get("fold") or 0,
                                            seed=d.get("seed") or 0, batch_size=batch_size, in_domain=in_domain,
                                            bootstrap=bootstrap)
@@ -689,7 +687,7 @@ def build_report(args) -> dict:
     run_rows = [[r.name, str(r.path), r.config["model"].get("score_type"), r.fold, curriculum(r.config)] for r in runs]
     md = ["# ORCA evaluation report", "", md_table(["run", "path", "head", "fold", "curriculum"], run_rows), ""]
     md += [t.markdown() for t in tables]
-    ood = ood_for_runs(runs, args.batch_size, out, args.bootstrap) if getattr(args, "ood", False) else {}
+    ood = ood_for_runs(runs, args.batch_size, out, args.bootstrap, args.device, args.dtype) if getattr(args, "ood", False) else {}
     for name, result in ood.items():
         plots.append(f"calibration_{slug(name)}.png")
         md += [f"## Out-of-domain sets: {name}", "",

@@ -360,3 +360,10 @@ def test_a_tracker_that_is_not_installed_is_refused_not_skipped(tmp_path, data_f
     cfg["training"]["report_to"] = ["tensorboard", missing]
     with pytest.raises(SystemExit, match=rf"training.report_to: \['{missing}'\] not installed"):
         train.run(cfg)
+
+
+def test_a_misspelt_stage_or_batching_is_refused_before_any_work():
+    with pytest.raises(SystemExit, match=r"stage s4: dataset \(or files\), lr not set"):
+        train.load_run_config(str(train.REPO / "configs" / "quickstart.yaml"), ["--stages.s4.max_steps", "10"])
+    with pytest.raises(SystemExit, match="training.batching is 'questin'"):
+        train.load_run_config(str(train.REPO / "configs" / "quickstart.yaml"), ["--training.batching", "questin"])
