@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -20,28 +19,11 @@ import yaml
 from safetensors.torch import load_file
 
 import train
+from tests.test_train import write_split
 
 REPO = Path(__file__).resolve().parents[1]
 ACCELERATE = Path(sys.executable).parent / "accelerate"
 ATOL = 1e-5
-
-
-def write_split(path: Path, n: int, seed: int, flip: bool = False) -> str:
-    """Learnable records (right answers rated high, wrong ones low); `flip` swaps the labels, so that a dev split
-    made this way gets worse as training goes on and the best step of a stage comes early."""
-    rng = random.Random(seed)
-    animals = ["dog", "cat", "cow", "owl", "frog", "horse", "sheep", "goat"]
-    with path.open("w") as f:
-        for i in range(n):
-            ref = rng.choice(animals)
-            right = rng.random() < 0.5
-            cand = ref if right else rng.choice([a for a in animals if a != ref])
-            high = right != flip
-            ratings = [rng.choice([4, 5]) for _ in range(3)] if high else [rng.choice([1, 2]) for _ in range(2)]
-            f.write(json.dumps({"id": f"{path.stem}-{i}", "question": "Which animal makes this sound?",
-                                "reference": ref, "rationale": f"A {ref} can be heard.", "candidate": f"a {cand}",
-                                "ratings": ratings}) + "\n")
-    return str(path)
 
 
 def run_config(tmp_path: Path, name: str) -> dict:

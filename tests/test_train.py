@@ -71,8 +71,9 @@ def test_overrides_are_parsed_as_yaml_and_unknown_stage_rejected():
 # ------------------------------------------------------------------------------------------------ end to end
 
 
-def write_split(path: Path, n: int, seed: int) -> str:
-    """Records where the label is learnable: right answers are rated high, wrong ones low."""
+def write_split(path: Path, n: int, seed: int, flip: bool = False) -> str:
+    """Learnable records (right answers rated high, wrong ones low); `flip` swaps the labels, so that a dev split
+    made this way gets worse as training goes on and the best step of a stage comes early."""
     rng = random.Random(seed)
     animals = ["dog", "cat", "cow", "owl", "frog", "horse", "sheep", "goat"]
     with path.open("w") as f:
@@ -80,7 +81,8 @@ def write_split(path: Path, n: int, seed: int) -> str:
             ref = rng.choice(animals)
             right = rng.random() < 0.5
             cand = ref if right else rng.choice([a for a in animals if a != ref])
-            ratings = [rng.choice([4, 5]) for _ in range(3)] if right else [rng.choice([1, 2]) for _ in range(2)]
+            high = right != flip
+            ratings = [rng.choice([4, 5]) for _ in range(3)] if high else [rng.choice([1, 2]) for _ in range(2)]
             f.write(json.dumps({"id": f"{path.stem}-{i}", "question": "Which animal makes this sound?",
                                 "reference": ref, "rationale": f"A {ref} can be heard.", "candidate": f"a {cand}",
                                 "ratings": ratings}) + "\n")
