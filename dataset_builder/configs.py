@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -176,12 +177,15 @@ def to_dataset(records: list[dict]) -> datasets.Dataset:
 # Training variants: a config's splits changed for training, not exported as datasets of their own.
 # `hold_out_answerers`: the scenario-B pair of the fold is removed from train and validation (the test split stays
 # scenario A's, so its held-out answerers' items are exactly scenario B's test: answers of systems never seen in
-# training); `extra_train`: SAS pair files added to train only (never to validation or test).
+# training); `extra_train`: SAS pair files added to train only (never to validation or test); `replay_s1`: that
+# many items of s1's train split (a seeded sample) added to train, so the answer styles only the synthetic stage
+# shows (rejections, hedges, wrong entities of the right kind) are rehearsed while the human verdicts are learnt.
 @dataclass(frozen=True)
 class TrainingVariant:
     base: str
     hold_out_answerers: bool = False
     extra_train: tuple[str, ...] = ()
+    replay_s1: int = 0
 
 
 TRAINING_VARIANTS = {
@@ -189,6 +193,8 @@ TRAINING_VARIANTS = {
     "s3_evouna_nq_heldout_sas": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
                                                 extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv")),
     "s3_evouna_nq_sas": TrainingVariant("s3_evouna_nq", extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv")),
+    "s3_evouna_nq_heldout_sas_s1": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
+                                                   extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"), replay_s1=2000),
 }
 
 # Sets no training config reads: scored beside the in-domain test to see how the judge generalises.
@@ -224,6 +230,11 @@ def _load_variant(variant: TrainingVariant, *, scenario, fold, data_dir, seed) -
         for part in ("train", "validation"):
             splits[part] = [r for r in splits[part] if r["answerer"] not in held]
     splits["train"] = splits["train"] + _extra_train(data_dir or default_data_dir(), variant.extra_train)
+    if variant.replay_s1:
+        s1_train = make_splits(build_config("s1_synthetic", seed=seed).records, scenario=scenario, fold=fold,
+                               seed=seed)[0]["train"]
+        picked = sorted(random.Random(f"replay-s1:{seed}").sample(range(len(s1_train)), min(variant.replay_s1, len(s1_train))))
+        splits["train"] = splits["train"] + [s1_train[i] for i in picked]
     return splits
 
 

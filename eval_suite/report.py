@@ -475,16 +475,23 @@ SLICE_BOOTSTRAP = 200  # resamples for slices (whole sets get the full count): e
 
 def ood_slices(records: list[dict]) -> dict[str, np.ndarray]:
     """Boolean masks of the slices reported per set: all; short span vs sentence answers; one reference alias vs
-    many; each answering model. A slice equal to the whole set or empty is left out."""
+    many; answers sharing a word with the reference vs none (where none is shared, only knowledge beyond the
+    reference can tell a right answer: the limit of any reference-based judge); each answering model. A slice
+    equal to the whole set or empty is left out."""
+    from eval_suite.baselines import token_f1
+
     n = len(records)
     words = np.array([len(r["candidate"].split()) for r in records])
     aliases = np.array([len(r["reference"]) for r in records])
+    overlap = np.array(token_f1(records)) > 0
     slices = {
         "all": np.ones(n, dtype=bool),
         f"short (<= {SHORT_ANSWER_WORDS} words)": words <= SHORT_ANSWER_WORDS,
         f"sentence (> {SHORT_ANSWER_WORDS} words)": words > SHORT_ANSWER_WORDS,
         "one alias": aliases == 1,
         "many aliases": aliases > 1,
+        "shares a word with the reference": overlap,
+        "no word in common with the reference": ~overlap,
     }
     for answerer in sorted({r.get("answerer") or "unknown" for r in records}):
         slices[f"answerer {answerer}"] = np.array([(r.get("answerer") or "unknown") == answerer for r in records])

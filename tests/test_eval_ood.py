@@ -102,6 +102,9 @@ def test_slices_and_judge_sets():
     assert slices["short (<= 5 words)"].tolist() == [True, False, True, False, True]
     assert slices["many aliases"].tolist() == [False, True, False, False, True]
     assert slices["answerer sys-b"].tolist() == [False, False, True, True, False]
+    # "Paris" inside the rejecting sentence still shares a word: the slice is lexical, not a verdict
+    assert slices["shares a word with the reference"].tolist() == [True, True, False, True, False]
+    assert slices["no word in common with the reference"].tolist() == [False, False, True, False, True]
     assert set(ood_slices(records[:1])) == {"all", "short (<= 5 words)", "one alias", "answerer sys-a"} - {
         "short (<= 5 words)", "one alias", "answerer sys-a"}  # a slice equal to the whole set is left out
     out = judge_sets({"toy": (records, [5.0, 4.5, 1.2, 2.0, 2.5])}, baselines=("contains", "token_f1"), bootstrap=20,
@@ -129,6 +132,14 @@ def test_heldout_and_extra_train_variants(tmp_path):
     extra = [r for r in v["train"] if r["benchmark"] != "evouna_nq"]
     assert extra and {r["benchmark"] for r in extra} <= {"sas_squad", "sas_germanquad"}
     assert not {r["id"] for r in extra} & set(list(v["validation"]["id"]) + list(v["test"]["id"]))
+    replay = load_config("s3_evouna_nq_heldout_sas_s1", data_dir=data)
+    s1_train = set(load_config("s1_synthetic")["train"]["id"])
+    rehearsed = [r["id"] for r in replay["train"] if r["stage"] == "s1"]
+    assert len(rehearsed) == len(set(rehearsed)) == 2000 and set(rehearsed) <= s1_train  # s1's own train items only
+    assert [r["id"] for r in replay["train"] if r["stage"] != "s1"] == list(v["train"]["id"])
+    assert list(replay["validation"]["id"]) == list(v["validation"]["id"])  # dev and test untouched
+    assert rehearsed == [r["id"] for r in load_config("s3_evouna_nq_heldout_sas_s1", data_dir=data)["train"]
+                         if r["stage"] == "s1"]  # seeded
     sets = ood_sets(data_dir=data)
     assert set(sets) == set(OOD_SETS)
     assert {r["answerer"] for r in sets["evouna_nq_heldout"]} <= held
