@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from configuration_orca import OrcaConfig
+from dataset_builder.configs import default_data_dir
 from modeling_orca import (
     OrcaForCorrectnessDistribution,
     encode_fields,
@@ -148,6 +149,7 @@ def test_split_encoding_concatenates_to_the_template(smollm2_tokenizer, bert_tok
 
 
 @pytest.mark.real
+@pytest.mark.skipif(not (default_data_dir() / "evouna_nq" / "NQ.json").exists(), reason="real data not found (ORCA_DATA_DIR)")
 def test_shared_prefix_equals_plain_scoring_on_smollm2():
     import dataset_builder
     from eval_suite.backbones import smollm2_path
