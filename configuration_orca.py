@@ -4,7 +4,7 @@ ORCA (Open-ended Response Correctness Assessment, arXiv 2512.09066) predicts the
 correctness ratings that human annotators would give a candidate answer. This config holds the backbone's own
 config as a nested sub-config, the likelihood of the head, the pooling, and the input template: the template
 lives here (not in a tokenizer or a training script) so that a checkpoint on the Hub formats its input exactly as
-it was trained, with nothing but this file and modeling_orca.py.
+it was trained, with nothing but its own files (processing_orca.py applies the template).
 """
 
 from __future__ import annotations

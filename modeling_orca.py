@@ -2,9 +2,11 @@
 
 x = [question; reference; rationale; transcript; candidate] -> backbone (base model, no vocabulary logits) ->
 final hidden state at one position (the last real token by default) -> Linear -> parameters of a likelihood of the
-1-5 ratings (Beta, Multinomial or Bernoulli). This file and configuration_orca.py are everything a Hub checkpoint
-needs, read top to bottom: the input formatter; the heads' statistics and losses; prefix-tree rows; the model;
-the scoring path (`predict`); the `pipeline()` task. Nothing here changes process-wide settings or the backbone.
+1-5 ratings (Beta, Multinomial or Bernoulli). Read top to bottom: the heads' statistics and losses; the model
+(`forward`); the scoring path (`predict`); the `pipeline()` task. A Hub checkpoint carries this file and the three
+it imports: configuration_orca.py (the config and its input template), processing_orca.py (formatting and
+tokenising records) and packing_orca.py (padded and prefix-tree batches). Nothing here changes process-wide
+settings or the backbone.
 """
 
 from __future__ import annotations
@@ -14,23 +16,30 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, Pipeline, PreTrainedModel
 from transformers import initialization as init
+from transformers.pipelines import PipelineRegistry
 from transformers.utils import ModelOutput, logging
 
-try:  # loaded by transformers from a Hub snapshot: the config sits beside this file
+try:  # loaded by transformers from a Hub snapshot: the other files sit beside this one
     from .configuration_orca import OrcaConfig
+    from .packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
+    from .processing_orca import distinct_inputs, format_input, input_variants
 except ImportError:  # imported from the repository / an installed package
     from configuration_orca import OrcaConfig
+    from packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
+    from processing_orca import distinct_inputs, format_input, input_variants
 
 logger = logging.get_logger(__name__)
 
 RATING_PAD = -100  # padding value of the `ratings` tensor (the usual ignore-index of transformers labels)
 PIPELINE_TASK = "orca-scoring"  # pipeline(PIPELINE_TASK, model=folder_or_repo, trust_remote_code=True)
+# `predict`'s `batch_size` is a token budget in these units: batches hold up to batch_size x 256 tokens
+TOKENS_PER_BATCH_SIZE_UNIT = 256
 
 
 def rating_to_unit(x, rating_min: float = 1, rating_max: float = 5):
@@ -41,177 +50,6 @@ def rating_to_unit(x, rating_min: float = 1, rating_max: float = 5):
 def unit_to_rating(u, rating_min: float = 1, rating_max: float = 5):
     """The inverse of `rating_to_unit`: 1 + 4 u."""
     return rating_min + (rating_max - rating_min) * u
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Input formatting: the one formatter used by training, evaluation, the CLI and the leaderboard
-
-
-def _text(record: dict, field: str, config: OrcaConfig) -> str:
-    value = record.get(field)
-    if value is None and field == "transcript":
-        value = record.get("transcription")  # the reference release's name for it
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError(f"record {record.get('id', '?')!r}: field {field!r} must be a string, got {type(value).__name__}")
-    return value.strip() if config.strip_fields else value
-
-
-def reference_list(record: dict, strip: bool = True) -> list[str]:
-    """The acceptable reference answers of a record: one string or a list of aliases. With `strip`, each alias
-    is stripped and empty ones are dropped; without, they are kept exactly (`OrcaConfig.strip_fields=False`)."""
-    if "reference" not in record or record["reference"] is None:
-        raise ValueError(f"record {record.get('id', '?')!r}: missing field 'reference'")
-    refs = record["reference"]
-    refs = [refs] if isinstance(refs, str) else list(refs)
-    if not all(isinstance(r, str) for r in refs):
-        raise TypeError(f"record {record.get('id', '?')!r}: field 'reference' must be a string or a list of strings")
-    if strip:
-        refs = [r.strip() for r in refs if r.strip()]
-    if not refs:
-        raise ValueError(f"record {record.get('id', '?')!r}: field 'reference' is empty")
-    return refs
-
-
-def _trigrams(text: str) -> set[str]:
-    text = " " + " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split()) + " "
-    return {text[i : i + 3] for i in range(len(text) - 2)}
-
-
-def closest_references(refs: list[str], candidate: str, k: int) -> list[str]:
-    """The `k` aliases the candidate covers best (share of an alias's character trigrams found in the candidate, so
-    an alias inside a long sentence scores 1), in their original order; ties keep the earlier alias. String work
-    only: with reference_mode='max' a record with 200 aliases costs `k` forward passes, not 200."""
-    if k <= 0 or len(refs) <= k:
-        return refs
-    cand = _trigrams(candidate)
-    cover = [len((g := _trigrams(r)) & cand) / max(1, len(g)) for r in refs]
-    best = sorted(range(len(refs)), key=lambda i: (-cover[i], i))[:k]
-    return [refs[i] for i in sorted(best)]
-
-
-def join_references(refs: list[str], config: OrcaConfig) -> str:
-    """All aliases in one bounded string, so a list of 20 aliases cannot crowd out the candidate."""
-    kept = refs[:1]
-    length = len(refs[0])
-    for ref in refs[1 : config.max_joined_references]:
-        length += len(config.reference_joiner) + len(ref)
-        if length > config.max_reference_chars:
-            break
-        kept.append(ref)
-    return config.reference_joiner.join(kept)
-
-
-def input_fields(record: dict, config: OrcaConfig, reference: str | None = None) -> dict[str, str]:
-    """The texts of the template fields of one input; `reference` picks one alias (reference_mode='max')."""
-    if "candidate" not in record or record["candidate"] is None:
-        raise ValueError(f"record {record.get('id', '?')!r}: missing field 'candidate'")
-    fields = {}
-    for name in config.template_fields:
-        if name == "reference":
-            fields[name] = reference if reference is not None else join_references(reference_list(record, config.strip_fields), config)
-        elif name == "question" and "question" not in record:
-            raise ValueError(f"record {record.get('id', '?')!r}: missing field 'question'")
-        else:
-            fields[name] = _text(record, name, config)
-    return fields
-
-
-def render_fields(fields: dict[str, str], config: OrcaConfig) -> str:
-    parts = [
-        config.field_labels.get(name, "") + value
-        for name, value in fields.items()
-        if value or not config.skip_empty_fields or name == "candidate"
-    ]
-    return config.template_prefix + config.field_separator.join(parts)
-
-
-def format_input(record: dict, config: OrcaConfig, reference: str | None = None) -> str:
-    """The model's input text for a record (a dict with question, reference, rationale, candidate, transcript)."""
-    return render_fields(input_fields(record, config, reference), config)
-
-
-def input_variants(record: dict, config: OrcaConfig) -> list[dict[str, str]]:
-    """One input for reference_mode='join'; one per alias for 'max' (the `max_scored_references` aliases closest to
-    the candidate when set)."""
-    if config.reference_mode == "max" and "reference" in config.template_fields:
-        refs = reference_list(record, config.strip_fields)
-        refs = closest_references(refs, _text(record, "candidate", config), config.max_scored_references)
-        return [input_fields(record, config, ref) for ref in refs]
-    return [input_fields(record, config)]
-
-
-def split_fields(fields: dict[str, str], config: OrcaConfig) -> tuple[str, str]:
-    """The rendered input cut in two just before the candidate's separator: `(shared, item)` with
-    `shared + item == render_fields(fields, config)`. `shared` holds the fields before the candidate (the
-    question, reference and rationale in the default template), which a benchmark repeats for every answer to the
-    same question; `item` starts with the separator, so a byte-level BPE tokenizer puts the separator's space or
-    newline on the item's side as it would in the whole text. With no field before the candidate, `shared` is ''."""
-    kept = [n for n, v in fields.items() if v or not config.skip_empty_fields or n == "candidate"]
-    cut = kept.index("candidate")
-    parts = [config.field_labels.get(n, "") + fields[n] for n in kept]
-    sep = config.field_separator
-    if cut == 0:
-        return "", config.template_prefix + sep.join(parts)
-    return config.template_prefix + sep.join(parts[:cut]), sep + sep.join(parts[cut:])
-
-
-def _special_tokens(tokenizer, config: OrcaConfig) -> tuple[list[int], list[int]]:
-    """The ids the tokenizer puts before and after a text (BOS / CLS, EOS / SEP) when `add_special_tokens`."""
-    if not config.add_special_tokens:
-        return [], []
-    probe = "a"
-    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
-    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
-    for k in range(len(full) - len(plain) + 1):
-        if full[k : k + len(plain)] == plain:
-            return full[:k], full[k + len(plain) :]
-    raise ValueError(f"{type(tokenizer).__name__}: cannot tell its special tokens apart from the text's own ids")
-
-
-def encode_segments(fields_list: list[dict[str, str]], tokenizer, config: OrcaConfig) -> list[tuple[list[int], list[int]]]:
-    """`(shared ids, item ids)` of each input, untruncated: the special tokens before the text and the tokens of
-    the fields before the candidate, then the tokens of the rest (separator, candidate, later fields) and the
-    special tokens after the text. The two parts are tokenised separately (each distinct shared text once), so the
-    shared ids of all answers to one question are the same ids, token for token: the scoring path may compute them
-    once (prefix sharing) and get exactly what it gets for the concatenation."""
-    lead, trail = _special_tokens(tokenizer, config)
-    pairs = [split_fields(f, config) for f in fields_list]
-    shared_texts = list(dict.fromkeys(p[0] for p in pairs))
-    shared_ids = dict(zip(shared_texts, tokenizer(shared_texts, add_special_tokens=False)["input_ids"])) if shared_texts else {}
-    item_ids = tokenizer([p[1] for p in pairs], add_special_tokens=False)["input_ids"] if pairs else []
-    return [(lead + shared_ids[p[0]], ids + trail) for p, ids in zip(pairs, item_ids)]
-
-
-def encode_fields(fields_list: list[dict[str, str]], tokenizer, config: OrcaConfig) -> list[list[int]]:
-    """Token ids of each input (shared ids + item ids of `encode_segments`: the one encoding of training and
-    scoring), cut to `config.max_length` field by field in `config.truncation_order`."""
-    all_ids = [shared + item for shared, item in encode_segments(fields_list, tokenizer, config)]
-    for i, ids in enumerate(all_ids):
-        if len(ids) > config.max_length:
-            all_ids[i] = _truncate(dict(fields_list[i]), tokenizer, config)
-    return all_ids
-
-
-def _truncate(fields: dict[str, str], tokenizer, config: OrcaConfig) -> list[int]:
-    def encode(f):
-        ((shared, item),) = encode_segments([f], tokenizer, config)
-        return shared + item
-
-    ids = encode(fields)
-    for name in config.truncation_order:
-        excess = len(ids) - config.max_length
-        if excess <= 0:
-            break
-        if not fields.get(name):
-            continue
-        tokens = tokenizer(fields[name], add_special_tokens=False)["input_ids"]
-        # a few tokens of slack: text re-tokenised at the cut may merge differently
-        cut = tokenizer.decode(tokens[: max(0, len(tokens) - excess - 2)])
-        fields[name] = cut.strip() if config.strip_fields else cut
-        ids = encode(fields)
-    return ids[: config.max_length]  # only the labels alone can still exceed the budget
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -325,17 +163,6 @@ def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig)
     return F.binary_cross_entropy_with_logits(logits.float()[..., 0], target, reduction="none")
 
 
-def pad_token_ids(token_ids: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), right-padded to the longest list: the one batching of training and scoring."""
-    width = max(len(ids) for ids in token_ids)
-    input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
-    for i, ids in enumerate(token_ids):
-        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[i, : len(ids)] = 1
-    return input_ids, attention_mask
-
-
 def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
     """A (B, max ratings) long tensor from lists of ratings, padded with RATING_PAD."""
     width = max((len(r) for r in ratings), default=1) or 1
@@ -348,7 +175,7 @@ def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
     return out
 
 
-def clamp_scores(score01, variance, margin: float, threshold: float | None):
+def clamp_confident_score(score01, variance, margin: float, threshold: float | None):
     """The reference release's clamping: a confident score (variance <= threshold) strictly within `margin` of 0
     or 1 becomes exactly 0 or 1. The one rule: eval_suite.clamping applies and tunes it over arrays."""
     if threshold is None or variance is None:
@@ -358,127 +185,6 @@ def clamp_scores(score01, variance, margin: float, threshold: float | None):
     if score01 > 1 - margin and variance <= threshold:
         return 1.0
     return score01
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Prefix-tree rows: the answers to one question share their first tokens (question, reference, rationale). In a
-# causal decoder a token's hidden states depend on its prefix only, so inputs can be laid out as a trie in one
-# batch row, each distinct prefix once: a token attends to itself and its ancestors (a tree-shaped causal mask),
-# its position is its depth, and each input is pooled at its last token's node. Scoring (`predict`) and training
-# (`pack_prefix_tree` + `forward`) use this one layout. Exact up to float rounding, for gradients too: a shared
-# token's gradient is the sum of what each answer sends it. With dropout on, a shared token gets one dropout mask
-# for all the answers that share it instead of one each: the same distribution, not the same numbers.
-
-
-class _PrefixTree:
-    """Token sequences as a trie laid out in one row: `tokens[i]` has parent `parent[i]` (-1 for a root) and
-    position `depth[i]`; parents come before children; `ends` holds (input index, node of its last token)."""
-
-    def __init__(self):
-        self.tokens: list[int] = []
-        self.parent: list[int] = []
-        self.depth: list[int] = []
-        self.ends: list[tuple[int, int]] = []
-        self._child: dict[tuple[int, int], int] = {}
-
-    def new_nodes(self, ids) -> int:
-        node = -1
-        for k, token in enumerate(ids):
-            node = self._child.get((node, token))
-            if node is None:
-                return len(ids) - k
-        return 0
-
-    def add(self, index: int, ids) -> None:
-        node = -1
-        for k, token in enumerate(ids):
-            child = self._child.get((node, token))
-            if child is None:
-                child = len(self.tokens)
-                self._child[(node, token)] = child
-                self.tokens.append(token)
-                self.parent.append(node)
-                self.depth.append(k)
-            node = child
-        self.ends.append((index, node))
-
-    def ancestors(self) -> np.ndarray:
-        """(n, n) bool: node i may attend to node j (j is i or one of its ancestors)."""
-        n = len(self.tokens)
-        out = np.zeros((n, n), dtype=bool)
-        for i, p in enumerate(self.parent):
-            if p >= 0:
-                out[i] = out[p]
-            out[i, i] = True
-        return out
-
-
-def _prefix_tree_rows(token_ids: list[list[int]], groups=None, max_row_tokens: int | None = None) -> list[_PrefixTree]:
-    """The inputs as prefix trees, one per row. Inputs with equal `groups` keys (all, without `groups`) share a
-    trie, in sorted order so that similar inputs are neighbours; a row is closed when the next input's new tokens
-    would take it past `max_row_tokens`."""
-    members: dict[Any, list[int]] = {}
-    for i, ids in enumerate(token_ids):
-        if not ids:
-            raise ValueError(f"input {i} has no tokens")
-        members.setdefault(None if groups is None else groups[i], []).append(i)
-    rows = []
-    for group in members.values():
-        tree = _PrefixTree()
-        for i in sorted(group, key=lambda i: token_ids[i]):
-            if max_row_tokens and tree.ends and len(tree.tokens) + tree.new_nodes(token_ids[i]) > max_row_tokens:
-                rows.append(tree)
-                tree = _PrefixTree()
-            tree.add(i, token_ids[i])
-        rows.append(tree)
-    return rows
-
-
-def _pack_rows(rows: list[_PrefixTree], pad_token_id: int) -> tuple[dict[str, torch.Tensor], list[int]]:
-    """Batch tensors of prefix-tree rows (see `pack_prefix_tree`) and the input index of each `pool_index` row."""
-    width = max(len(r.tokens) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    position_ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)  # (R, L, L); padding sees itself: no NaN
-    pool, inputs = [], []
-    for r, row in enumerate(rows):
-        n = len(row.tokens)
-        input_ids[r, :n] = torch.tensor(row.tokens, dtype=torch.long)
-        position_ids[r, :n] = torch.tensor(row.depth, dtype=torch.long)
-        mask[r, :n, :n] = torch.from_numpy(row.ancestors())
-        for i, node in row.ends:
-            pool.append((r, node))
-            inputs.append(i)
-    packed = dict(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids,
-                  pool_index=torch.tensor(pool, dtype=torch.long))  # fmt: skip
-    return packed, inputs
-
-
-def pack_prefix_tree(token_ids: list[list[int]], pad_token_id: int, *, groups=None, max_row_tokens: int | None = None) -> dict[str, torch.Tensor]:
-    """Inputs (token id lists) as prefix-tree rows, for `forward` (training) as `predict` lays them out:
-    `input_ids` (R, L), `attention_mask` (R, 1, L, L) bool (True: may attend), `position_ids` (R, L) (the depth
-    in the trie) and `pool_index` (N, 2) long: (row, position) of each input's last token, in input order.
-    `groups`: one hashable key per input (e.g. its question); inputs share rows only with inputs of the same key
-    (all inputs share, without it). `max_row_tokens`: start a new row rather than pass this many tokens."""
-    rows = _prefix_tree_rows(token_ids, groups, max_row_tokens)
-    packed, inputs = _pack_rows(rows, pad_token_id)
-    pool_index = torch.empty_like(packed["pool_index"])
-    pool_index[torch.tensor(inputs, dtype=torch.long)] = packed["pool_index"]
-    return dict(packed, pool_index=pool_index)
-
-
-def _token_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
-    """Consecutive runs of `order` (longest first) whose padded size, count x first length, fits `budget`
-    (at least one each)."""
-    batches, batch = [], []
-    for j in order:
-        if batch and (len(batch) + 1) * lengths[batch[0]] > budget:
-            batches.append(batch)
-            batch = []
-        batch.append(j)
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -523,9 +229,10 @@ class OrcaPreTrainedModel(PreTrainedModel):
 
 
 class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
-    # default token budget of a batch on CPU: activations that stay in the last-level cache beat bigger matrix
-    # multiplies there (SmolLM2, 300 answers: 1,024-token batches 14 % faster than 4,096; docs/performance.md)
-    cpu_batch_tokens = 1024
+    # most tokens of a batch on CPU when `max_batch_tokens` is not given (`batch_size` x 256 below it): paired runs,
+    # SmolLM2 on 40 answers under load (docs/performance.md, CPU round 5): 4,096-token batches took 0.73x the time
+    # of 1,024 at 2 threads (median of 6 pairs, 0.53-0.91), 1.12x at 1 thread (3 pairs); kept for 2 threads
+    cpu_batch_tokens = 4096
 
     # tokens of one prefix-tree row in `predict` (a question's shared ids and some of its answers' ids): every
     # token of a row is scored against all of the row's keys, masked or not, so longer rows waste attention work
@@ -539,8 +246,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         params = inspect.signature(self.backbone.forward).parameters
         self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
         self._backbone_takes_position_ids = "position_ids" in params
-        # saved with the config: `pipeline(PIPELINE_TASK, model=folder, trust_remote_code=True)` finds its class here
-        config.custom_pipelines = {PIPELINE_TASK: {"impl": "modeling_orca.OrcaScoringPipeline", "pt": ["AutoModel"], "type": "text"}}
+        self._saving_through_pipeline = False
         self.post_init()
 
     def get_input_embeddings(self):
@@ -566,6 +272,20 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         if dtype is not None:
             model.score_head.to(dtype)
         return model, tokenizer
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """`PreTrainedModel.save_pretrained`, by way of `OrcaScoringPipeline.save_pretrained`: transformers writes the
+        pipeline's entry into config.json's `custom_pipelines` there (what `pipeline(PIPELINE_TASK, model=folder,
+        trust_remote_code=True)` reads; it is made by `register_pipeline` at the end of this file) and then saves
+        the model by calling this method again."""
+        if self._saving_through_pipeline or not kwargs.get("is_main_process", True):
+            return super().save_pretrained(save_directory, **kwargs)
+        self._saving_through_pipeline = True
+        try:
+            device = None if getattr(self, "hf_device_map", None) else self.device  # the pipeline must not move it
+            OrcaScoringPipeline(model=self, device=device).save_pretrained(save_directory, **kwargs)
+        finally:
+            self._saving_through_pipeline = False
 
     @property
     def prefix_sharing_supported(self) -> bool:
@@ -600,23 +320,22 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             return summed / mask.sum(1, keepdim=True).clamp_min(1).to(hidden.dtype)
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
-    def _tree_mask(self, mask: torch.Tensor, position_ids: torch.Tensor):
-        """The backbone's attention mask for prefix-tree rows: `mask` (R, 1, L, L) bool, as a 4D mask (boolean for
-        sdpa, additive for eager), which transformers passes to every layer as it is. A sliding window (Gemma 2/3,
-        Mistral, Qwen2) is applied here, on positions: per layer type where the backbone has layer types."""
-        config = self.backbone.config.get_text_config()
-        window = getattr(config, "sliding_window", None)
-        layer_types = getattr(config, "layer_types", None) or []
-        masks = {"full_attention": mask}
-        if window:
-            near = position_ids[:, None, :, None] - position_ids[:, None, None, :] < window  # (R, 1, L, L)
-            masks["sliding_attention"] = mask & near
-        if self.backbone.config._attn_implementation == "eager":  # eager attention adds its mask to the scores
-            dtype = self.backbone.dtype
-            masks = {k: torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min) for k, m in masks.items()}
-        if window and "sliding_attention" in layer_types:
-            return masks  # one mask per layer type (Gemma 2/3, Qwen2)
-        return masks["sliding_attention" if window and not layer_types else "full_attention"]  # all slide (Mistral) or none
+    def _backbone_mask_and_positions(self, attention_mask, position_ids, pool_index):
+        """The backbone's attention mask and position ids: for prefix-tree rows (a 4D `attention_mask`) the tree
+        mask (packing_orca.tree_attention_mask) and the given depths; for padded rows the (B, T) mask as it is and,
+        unless given, positions that count real tokens only (so left padding equals right padding)."""
+        if attention_mask.dim() == 4:  # (R, 1, L, L) bool
+            if position_ids is None or pool_index is None:
+                raise ValueError("a 4D (prefix-tree) attention_mask needs position_ids and pool_index: see pack_prefix_tree")
+            if not self.prefix_sharing_supported:
+                raise ValueError(
+                    f"prefix-tree rows need a causal decoder pooled at the last token with sdpa or eager attention; "
+                    f"this model: pooling={self.config.pooling!r}, attention {self.backbone.config._attn_implementation!r}"
+                )
+            return tree_attention_mask(attention_mask.bool(), position_ids, self.backbone.config, self.backbone.dtype), position_ids
+        if position_ids is None and self._backbone_takes_position_ids:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        return attention_mask, position_ids
 
     def forward(
         self,
@@ -631,33 +350,17 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         **kwargs,
     ) -> OrcaOutput:
         """Padded rows (`attention_mask` (B, T)), one input each: pooled as `config.pooling` says. Or prefix-tree
-        rows from `pack_prefix_tree` (`attention_mask` (R, 1, L, L) bool, `position_ids`, `pool_index` (N, 2)): N
+        rows from `packing_orca.pack_prefix_tree` (`attention_mask` (R, 1, L, L) bool, `position_ids`, `pool_index` (N, 2)): N
         inputs pooled at `pool_index`, in its order; outputs and loss equal those of one row per input.
         `ratings` (N, max ratings), padded with RATING_PAD, gives the loss. `with_probs` (default: in eval mode) computes
         the Beta head's bin probabilities, a float64 series that training and `predict`'s batches do not need."""
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones_like(input_ids)  # (B, T)
+        backbone_mask, position_ids = self._backbone_mask_and_positions(attention_mask, position_ids, pool_index)
         backbone_kwargs = dict(self._backbone_kwargs, **kwargs)
-        if output_hidden_states is not None:
-            backbone_kwargs["output_hidden_states"] = output_hidden_states
-        if output_attentions is not None:
-            backbone_kwargs["output_attentions"] = output_attentions
-        if attention_mask.dim() == 4:
-            if position_ids is None or pool_index is None:
-                raise ValueError("a 4D (prefix-tree) attention_mask needs position_ids and pool_index: see pack_prefix_tree")
-            if not self.prefix_sharing_supported:
-                raise ValueError(
-                    f"prefix-tree rows need a causal decoder pooled at the last token with sdpa or eager attention; "
-                    f"this model: pooling={self.config.pooling!r}, attention {self.backbone.config._attn_implementation!r}"
-                )
-            backbone_mask = self._tree_mask(attention_mask.bool(), position_ids)
-        else:
-            backbone_mask = attention_mask
-            if position_ids is None and self._backbone_takes_position_ids:
-                # positions count real tokens only, so left padding gives the same outputs as right padding
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-        if position_ids is not None:
-            backbone_kwargs["position_ids"] = position_ids
+        for name, value in (("position_ids", position_ids), ("output_hidden_states", output_hidden_states), ("output_attentions", output_attentions)):
+            if value is not None:
+                backbone_kwargs[name] = value
         out = self.backbone(input_ids=input_ids, attention_mask=backbone_mask, **backbone_kwargs)
         hidden = out.last_hidden_state  # (B, T, H)
         if pool_index is not None:
@@ -674,32 +377,24 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
     # Scoring: the one path of the CLI, the evaluation, the leaderboard and the pipeline
 
     def format_input(self, record: dict, reference: str | None = None) -> str:
+        """The model's input text for a record, as its config formats it (processing_orca.format_input)."""
         return format_input(record, self.config, reference)
 
-    def collate(self, token_ids: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-        """Right-padded batch tensors from token id lists, on the model's device."""
-        input_ids, attention_mask = pad_token_ids(token_ids, pad_token_id)
-        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
-
     def _score_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, progress) -> torch.Tensor:
-        """Logits of each input, one input per row: longest first, batches of up to `budget` tokens (padding
-        included)."""
-        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
-        order = sorted(range(len(token_ids)), key=lambda j: -len(token_ids[j]))
-        for idx in _token_batches(order, [len(t) for t in token_ids], budget):
-            logits[idx] = self(**self.collate([token_ids[j] for j in idx], pad_id), with_probs=False).logits.float().cpu()
-            progress(len(idx))
-        return logits
+        """(N, num_head_outputs) logits of each input, one input per padded row (packing_orca.padded_batches)."""
+        return self._logits_of_batches(padded_batches(token_ids, pad_id, budget), len(token_ids), progress)
 
     def _score_shared(self, token_ids: list[list[int]], groups: list, pad_id: int, budget: int, progress) -> torch.Tensor:
-        """Logits of each input, inputs of one group (the same ids before the candidate) sharing prefix-tree rows
-        of at most `share_row_tokens` tokens: longest rows first, batches of up to `budget` tokens."""
-        logits = torch.empty((len(token_ids), self.config.num_head_outputs), dtype=torch.float32)
-        rows = _prefix_tree_rows(token_ids, groups, self.share_row_tokens)
-        lengths = [len(r.tokens) for r in rows]
-        for batch in _token_batches(sorted(range(len(rows)), key=lambda r: -lengths[r]), lengths, budget):
-            packed, inputs = _pack_rows([rows[r] for r in batch], pad_id)
-            logits[inputs] = self(**{k: v.to(self.device) for k, v in packed.items()}, with_probs=False).logits.float().cpu()
+        """(N, num_head_outputs) logits of each input, the inputs of one group (the same ids before the candidate)
+        sharing prefix-tree rows of at most `share_row_tokens` tokens (packing_orca.prefix_tree_batches)."""
+        batches = prefix_tree_batches(token_ids, pad_id, budget, groups=groups, max_row_tokens=self.share_row_tokens)
+        return self._logits_of_batches(batches, len(token_ids), progress)
+
+    def _logits_of_batches(self, batches, n: int, progress) -> torch.Tensor:
+        """(n, num_head_outputs) float32 on the CPU, from `(input indices, forward inputs)` batches."""
+        logits = torch.empty((n, self.config.num_head_outputs), dtype=torch.float32)
+        for inputs, batch in batches:
+            logits[inputs] = self(**{k: v.to(self.device) for k, v in batch.items()}, with_probs=False).logits.float().cpu()
             progress(len(inputs))
         return logits
 
@@ -720,8 +415,10 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
         each alias is one input and the alias giving the highest mean wins.
 
-        Inputs are tokenised once; identical inputs are scored once. Batches hold up to `max_batch_tokens` tokens
-        (default `batch_size * 256`, at most `cpu_batch_tokens` on CPU), longest inputs first. With `share_prefix`
+        `batch_size` is not a count of inputs but a token budget, kept under this name for the callers and the CLI's
+        `--batch-size`: batches hold up to `max_batch_tokens` tokens, padding included (default `batch_size` x
+        TOKENS_PER_BATCH_SIZE_UNIT = 256, at most `cpu_batch_tokens` on CPU), longest inputs first, so a batch holds
+        many short inputs or few long ones. Inputs are tokenised once; identical inputs are scored once. With `share_prefix`
         (default: the config's `share_prefix`) and `prefix_sharing_supported`, the answers to one question share
         prefix-tree rows (exact: see `pack_prefix_tree`); inputs cut to `max_length` are scored on their own. The
         model is left as it was: same weights, config and train/eval mode of every module, also after an error."""
@@ -752,11 +449,19 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 "probs": None if probs is None else [float(p) for p in probs[j]],
             }
             score = rating_to_unit(result["mean"], self.config.rating_min, self.config.rating_max)
-            result["score"] = clamp_scores(score, result["variance"], self.config.clamp_margin, threshold)
+            result["score"] = clamp_confident_score(score, result["variance"], self.config.clamp_margin, threshold)
             if record.get("ratings"):
                 result["nll"] = float(ratings_nll(logits[j : j + 1], pad_ratings([record["ratings"]]), self.config)[0])
             results.append(result)
         return results
+
+    def _batch_token_budget(self, batch_size: int, max_batch_tokens: int | None) -> int:
+        """Tokens per batch (padding included): `max_batch_tokens` when given, else `batch_size` units of
+        TOKENS_PER_BATCH_SIZE_UNIT, at most `cpu_batch_tokens` on CPU."""
+        if max_batch_tokens is not None:
+            return max_batch_tokens
+        budget = max(1, batch_size) * TOKENS_PER_BATCH_SIZE_UNIT
+        return min(budget, self.cpu_batch_tokens) if self.device.type == "cpu" else budget
 
     def _predict_logits(self, records, tokenizer, batch_size, show_progress, share_prefix, max_batch_tokens):
         """(logits of each input variant, the record of each variant)."""
@@ -766,43 +471,22 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 variants.append(fields)
                 owner.append(i)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        budget = max_batch_tokens if max_batch_tokens is not None else max(1, batch_size) * 256
-        if self.device.type == "cpu" and max_batch_tokens is None:
-            budget = min(budget, self.cpu_batch_tokens)
+        budget = self._batch_token_budget(batch_size, max_batch_tokens)
         share = self.config.share_prefix if share_prefix is None else share_prefix
         share = share and self.prefix_sharing_supported
 
-        # distinct inputs: (shared ids, or None when cut to max_length, item ids)
-        inputs: dict[tuple, int] = {}
-        which = []
-        for fields, (shared, item) in zip(variants, encode_segments(variants, tokenizer, self.config)):
-            if len(shared) + len(item) > self.config.max_length:
-                key = (None, tuple(_truncate(dict(fields), tokenizer, self.config)))
-            else:
-                key = (tuple(shared), tuple(item))
-            which.append(inputs.setdefault(key, len(inputs)))
-        keys = list(inputs)
-
-        bar = None
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(keys), desc="scoring", unit="input")
-
-        def progress(k):
-            if bar is not None:
-                bar.update(k)
-
+        keys, which = distinct_inputs(variants, tokenizer, self.config)  # keys: (shared ids or None, item ids)
+        bar = tqdm(total=len(keys), desc="scoring", unit="input", disable=not show_progress)
         logits = torch.empty((len(keys), self.config.num_head_outputs), dtype=torch.float32)
+        # inputs cut to max_length (shared ids None) and rows too long to share are scored one per row
         tree = [u for u, (shared, item) in enumerate(keys) if share and shared is not None and len(shared) + len(item) <= self.share_row_tokens]
         plain = sorted(set(range(len(keys))) - set(tree))
         if tree:
-            logits[tree] = self._score_shared([list(keys[u][0] + keys[u][1]) for u in tree], [keys[u][0] for u in tree], pad_id, budget, progress)
+            logits[tree] = self._score_shared([list(keys[u][0] + keys[u][1]) for u in tree], [keys[u][0] for u in tree], pad_id, budget, bar.update)
         if plain:
             ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
-            logits[plain] = self._score_plain(ids, pad_id, budget, progress)
-        if bar is not None:
-            bar.close()
+            logits[plain] = self._score_plain(ids, pad_id, budget, bar.update)
+        bar.close()
         return logits[torch.tensor(which, dtype=torch.long)], owner
 
 
@@ -846,6 +530,16 @@ class OrcaScoringPipeline(Pipeline):
 OrcaConfig.register_for_auto_class()
 OrcaForCorrectnessDistribution.register_for_auto_class("AutoModel")
 
+# The pipeline's entry in a saved config.json (`custom_pipelines`), made as transformers documents it for a custom
+# pipeline shared with remote code: `register_pipeline`, then `Pipeline.save_pretrained` (which the model's
+# `save_pretrained` goes through). transformers' guide registers in its process-wide PIPELINE_REGISTRY, which a Hub
+# file must not change; `pipeline()` never needs that registration (it reads the task from the saved config), so the
+# entry is registered in a registry of this file's own: `register_pipeline` then only sets the class attribute
+# `OrcaScoringPipeline._registered_impl`, from which `Pipeline.save_pretrained` writes the entry.
+PipelineRegistry(supported_tasks={}, task_aliases={}).register_pipeline(
+    PIPELINE_TASK, pipeline_class=OrcaScoringPipeline, pt_model=AutoModel, type="text"
+)
+
 __all__ = [
     "OrcaForCorrectnessDistribution",
     "OrcaOutput",
@@ -853,12 +547,13 @@ __all__ = [
     "OrcaScoringPipeline",
     "PIPELINE_TASK",
     "RATING_PAD",
+    "TOKENS_PER_BATCH_SIZE_UNIT",
+    "beta_bin_probs",
     "betainc",
+    "check_ratings",
+    "clamp_confident_score",
     "distribution_statistics",
-    "format_input",
-    "pack_prefix_tree",
     "pad_ratings",
-    "pad_token_ids",
     "rating_to_unit",
     "ratings_nll",
     "unit_to_rating",

@@ -24,10 +24,13 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, SpaceCard, SpaceCardData, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
 from dataset_builder.export import CITATION, REPO_ID_PLACEHOLDER
+from eval_suite.files import staged_dir
+from eval_suite.reference_checkpoint import ConversionError, tidy_saved_folder
+from eval_suite.tables import markdown_table
 
 try:  # the HTTP client of huggingface_hub >= 2 (httpx before)
     from httpx2 import TransportError
@@ -36,6 +39,8 @@ except ImportError:  # pragma: no cover
 
 REPO = Path(__file__).resolve().parent
 METRIC_DIR = REPO / "eval_suite" / "orca_metric"
+CARD_TEMPLATE = REPO / "eval_suite" / "hub_assets" / "model_card.md"  # the model card, for ModelCard.from_template
+SPACE_CARD_TEMPLATE = REPO / "eval_suite" / "hub_assets" / "leaderboard_space_card.md"
 
 # Scored before and after every save/convert: an alias list, an empty rationale, a wrong and a right answer.
 CHECK_RECORDS = [
@@ -57,26 +62,20 @@ class PublishError(Exception):
 
 @contextmanager
 def staging_dir(target: Path | None):
-    """A fresh folder to build in; it becomes `target` (atomic rename) only if the block succeeds. With no
-    target (an upload) it is deleted afterwards either way."""
-    if target is not None:
-        target = Path(target)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise PublishError(f"{target} already exists and is not empty; remove it or choose another folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-    # beside the target so the final rename stays on one filesystem
-    tmp = Path(tempfile.mkdtemp(dir=target.parent if target else None, prefix=f".{target.name if target else 'orca'}-"))
-    try:
+    """A fresh folder to build in; it becomes `target` (eval_suite.files.staged_dir: renamed into place) only if the
+    block succeeds. With no target (an upload) it is deleted afterwards either way."""
+    if target is None:
+        with tempfile.TemporaryDirectory(prefix=".orca-") as tmp:
+            yield Path(tmp)
+        return
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise PublishError(f"{target} already exists and is not empty; remove it or choose another folder")
+    with staged_dir(target) as tmp:
         yield tmp
-        if target is not None:
-            if target.exists():
-                target.rmdir()  # empty (checked above)
-            os.rename(tmp, target)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(target, 0o777 & ~umask)  # mkdtemp made it private
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private
 
 
 # ------------------------------------------------------------------------------------------------ Hub calls
@@ -207,71 +206,38 @@ def model_card(config, metrics: dict | None, *, repo_id: str, revision: str | No
     ]
     data = ModelCardData(
         model_name=repo_id.split("/")[-1], base_model=base_model, library_name="transformers",
-        license=model_licence(base_model, config.backbone_config.model_type, licence), pipeline_tag="text-classification",
+        license=model_licence(base_model, config.backbone_config.model_type, licence),
+        # no pipeline_tag: no Hub task fits (pipeline("text-classification") cannot read ORCA records); the card
+        # shows the model's own pipeline task instead
         language="en", datasets=[dataset_id] if dataset_id else None, eval_results=eval_results or None,
         tags=["orca", "llm-as-a-judge", "answer-correctness", "custom_code"],
     )
 
+    from modeling_orca import PIPELINE_TASK
+
     lora = run.get("lora", {})
-    body = [
-        f"# {repo_id.split('/')[-1]}", "",
-        "An ORCA judge (Open-ended Response Correctness Assessment, [arXiv 2512.09066](https://arxiv.org/abs/2512.09066)): "
-        "it predicts the distribution of the 1-5 correctness ratings human annotators would give a candidate "
-        "answer, from the question, the reference answer(s), a rationale (text describing the audio) and the candidate.",
-        "", "## Model", "",
-        f"- **Base model**: {base_model or run.get('model', {}).get('backbone') or config.backbone_config.model_type} "
-        f"({config.backbone_config.model_type}, used through `AutoModel`: no vocabulary projection)",
-        f"- **Head**: one linear layer, `{config.score_type}` likelihood with {config.num_head_outputs} output(s), "
-        f"pooling `{config.pooling}`",
-        f"- **LoRA**: r={lora.get('r')}, alpha={lora.get('alpha')}, dropout={lora.get('dropout')}, targets "
-        f"{lora.get('target_modules')}; merged into the weights" if lora.get("enabled") else "- **LoRA**: none (full fine-tuning or head only)",
-        f"- **Input**: fields {config.template_fields}, at most {config.max_length} tokens; reference aliases "
-        f"`{config.reference_mode}`",
-    ]
-    if done:
-        body += ["", "## Training curriculum and data", "",
-                 "| stage | dataset | train / validation / test | steps (best) | peak LR | best dev Spearman |",
-                 "|---|---|---|---|---|---|"]
-        for name, summary in done.items():
-            stage, counts = stages.get(name, {}), summary.get("counts", {})
-            split_counts = " / ".join(str(counts.get(s, "-")) for s in ("train", "validation", "test"))
-            body.append(f"| {name} | `{stage.get('dataset', 'files')}` | {split_counts} | {summary.get('steps')} "
-                        f"({summary.get('best_step')}) | {stage.get('lr')} | {_fmt(summary.get('best_dev_spearman'))} |")
-        body += ["", "Each stage starts from the best checkpoint of the previous one (early stopping on dev Spearman)."]
-    if test:
-        cols = ("spearman", "kendall", "mae", "roc_auc")
-        body += ["", f"## Evaluation ({last_stage} test split)", "", "| judge | " + " | ".join(cols) + " |",
-                 "|---|" + "---|" * len(cols)]
-        body += [f"| {judge} | " + " | ".join(_fmt(m.get(c)) for c in cols) + " |" for judge, m in test.items()]
-    body += [
-        "", "## Usage", "",
-        "`trust_remote_code=True` runs `modeling_orca.py` from this repository: read it, and pin a `revision` "
-        "(a commit hash) so the code you run cannot change under you.", "",
-        "```bash", f'pip install "transformers{min_transformers_version()}" torch safetensors', "```", "",
-        "```python", "from transformers import AutoModel, AutoTokenizer", "",
-        f'repo, revision = "{repo_id}", "{revision or "main"}"  # pin a commit hash of this repository',
-        "model = AutoModel.from_pretrained(repo, revision=revision, trust_remote_code=True)",
-        "tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision, trust_remote_code=True)",
-        'record = {"question": "Which instrument plays the melody?", "reference": ["violin", "fiddle"],',
-        '          "rationale": "A solo violin plays over soft piano chords.", "candidate": "It is a violin."}',
-        "print(model.predict([record], tokenizer))  # [{'mean': ..., 'variance': ..., 'probs': [...], 'score': ...}]",
-        "```", "",
-        "`mean` and `variance` are on the 1-5 scale, `probs` the probability of each rating"
-        + (" (Beta mass of each fifth of [0, 1])" if config.score_type == "beta" else "")
-        + ", `score` the mean scaled to [0, 1].",
-        "", "## Limitations", "",
-        "- It rates correctness against the given reference answer; it does not check facts on its own, and a wrong "
-        "or incomplete reference gives wrong ratings.",
-        "- Trained on English question answering (mostly audio questions described in text); other languages, "
-        "domains and answer styles are out of distribution.",
-        f"- Inputs longer than {config.max_length} tokens are cut (rationale first, candidate last).",
-        "- It predicts what a population of annotators would say, including their disagreement and biases; it is "
-        "not ground truth and should not be the only judge in high-stakes decisions.",
-    ]
-    if config.score_type == "bernoulli":
-        body.append("- The Bernoulli head predicts the mean rating only: no variance or per-rating probabilities.")
-    body += ["", "## Citation", "", "```bibtex", CITATION, "```", ""]
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body))
+    stages_rows = []
+    for name, summary in done.items():
+        stage, counts = stages.get(name, {}), summary.get("counts", {})
+        split_counts = " / ".join(str(counts.get(s, "-")) for s in ("train", "validation", "test"))
+        stages_rows.append([name, f"`{stage.get('dataset', 'files')}`", split_counts,
+                            f"{summary.get('steps')} ({summary.get('best_step')})", stage.get("lr"),
+                            _fmt(summary.get("best_dev_spearman"))])
+    cols = ("spearman", "kendall", "mae", "roc_auc")
+    return ModelCard.from_template(
+        data, template_path=str(CARD_TEMPLATE),
+        base_name=base_model or run.get("model", {}).get("backbone") or config.backbone_config.model_type,
+        backbone_type=config.backbone_config.model_type, score_type=config.score_type,
+        head_outputs=config.num_head_outputs, pooling=config.pooling, lora=lora if lora.get("enabled") else None,
+        template_fields=config.template_fields, max_length=config.max_length, reference_mode=config.reference_mode,
+        stages_table=markdown_table(["stage", "dataset", "train / validation / test", "steps (best)", "peak LR",
+                                     "best dev Spearman"], stages_rows) if done else "",
+        last_stage=last_stage,
+        test_table=markdown_table(["judge", *cols], [[judge] + [_fmt(m.get(c)) for c in cols] for judge, m in test.items()])
+        if test else "",
+        min_transformers=min_transformers_version(), repo_id=repo_id, revision=revision or "main",
+        pipeline_task=PIPELINE_TASK, citation=CITATION,
+    )
 
 
 # The loader of the validation: a new interpreter, offline, outside the repository, the code from the folder only.
@@ -408,38 +374,6 @@ def stage_dataset(folder: Path, out: Path, repo_id: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ metric
 
-SPACE_APP = '''"""Gradio app of the ORCA metric Space: paste predicted means and human ratings as JSON."""
-
-import json
-from pathlib import Path
-
-import evaluate
-import gradio as gr
-
-metric = evaluate.load(str(Path(__file__).parent / "{script}"))
-
-
-def compute(predictions: str, references: str, prediction_variances: str):
-    kwargs = dict(predictions=json.loads(predictions), references=json.loads(references))
-    if prediction_variances.strip():
-        kwargs["prediction_variances"] = json.loads(prediction_variances)
-        return evaluate.load(str(Path(__file__).parent / "{script}"), config_name="with_variance").compute(**kwargs)
-    return metric.compute(**kwargs)
-
-
-gr.Interface(
-    fn=compute,
-    inputs=[
-        gr.Textbox(label="predictions: predicted mean rating per item (JSON list)", value="[4.5, 1.5, 3.0]"),
-        gr.Textbox(label="references: human 1-5 ratings per item (JSON list of lists)", value="[[5, 4, 5], [1, 1, 2], [3, 2, 4]]"),
-        gr.Textbox(label="prediction_variances (optional, JSON list)", value=""),
-    ],
-    outputs=gr.JSON(label="{name}"),
-    title="ORCA rating-distribution metric",
-    description=metric.info.description,
-).launch()
-'''
-
 HUB_USAGE = """## Load it from the Hub
 
 ```python
@@ -469,7 +403,7 @@ def build_metric_folder(repo_id: str, out: Path) -> str:
         raise PublishError(f"{METRIC_DIR / 'orca_metric.py'} no longer imports compute_metrics as expected: {old!r}")
     (out / f"{name}.py").write_text(source.replace(old, "from .orca_metric_core import compute_metrics"))
     shutil.copyfile(REPO / "eval_suite" / "metrics.py", out / "orca_metric_core.py")
-    (out / "app.py").write_text(SPACE_APP.replace("{script}", f"{name}.py").replace("{name}", name))
+    shutil.copyfile(METRIC_DIR / "app.py", out / "app.py")  # the Space's Gradio app
     (out / "requirements.txt").write_text("evaluate>=0.4.5\ndatasets>=4.0\nnumpy>=1.26\nscipy>=1.13\n")
     card = (METRIC_DIR / "README.md").read_text()
     marker = "## Metric Description"
@@ -509,8 +443,8 @@ def build_leaderboard_space(args, out: Path) -> None:
     files under data/, requirements.txt pinned to this package's version, and a README with the Space's YAML header."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from eval_suite.cli import package_version
     from eval_suite.leaderboard.data import BENCHMARKS, SubmissionError, default_data_dir, load_questions
+    from eval_suite.loading import package_version
 
     try:
         gradio_version = version("gradio")
@@ -542,28 +476,17 @@ def build_leaderboard_space(args, out: Path) -> None:
     spec = args.package_spec or f"orca-judge[space]=={package_version()}"
     (out / "requirements.txt").write_text(f"{spec}\ngradio=={gradio_version}\n")
     title = args.title or "ORCA leaderboard"
-    header = {"title": title, "emoji": "🎧", "colorFrom": "indigo", "colorTo": "blue", "sdk": "gradio",
-              "sdk_version": gradio_version, "python_version": "3.11", "app_file": "app.py", "pinned": False,
-              "license": "apache-2.0", "short_description": "Audio-LM answers ranked by ORCA's predicted correctness",
-              "tags": ["leaderboard", "audio", "evaluation"]}
+    data = SpaceCardData(title=title, emoji="🎧", colorFrom="indigo", colorTo="blue", sdk="gradio",
+                         sdk_version=gradio_version, python_version="3.11", app_file="app.py", pinned=False,
+                         license="apache-2.0", short_description="Audio-LM answers ranked by ORCA's predicted correctness",
+                         tags=["leaderboard", "audio", "evaluation"])
     token_note = ("Set the Space secret `HF_TOKEN` to a token with write access to the results dataset: without it "
                   "the app refuses to start." if args.results_repo else
                   "Results are kept on the Space's disk; pass `--results-repo` to keep them in a Hub dataset.")
-    body = [
-        f"# {title}", "",
-        f"Audio-LM answers to {', '.join(BENCHMARKS[b].title for b in args.benchmark)} ranked by the predicted "
-        f"correctness of the ORCA judge `{args.model}`" + (f" (revision `{args.model_revision}`)" if args.model_revision else "")
-        + ". Every answer is scored by the model's own `predict`; the ranking tab shows 95% bootstrap intervals, "
-        "paired tests between neighbouring ranks, per-modality and per-category scores and the doubtful items.", "",
-        "Submit (the Submit tab): a JSONL file with one line `{\"question_id\": ..., \"answer\": ...}` per question. "
-        "`orca-leaderboard export-submission` converts an audio-LM answer file.", "",
-        token_note, "", "Written by `push_to_hub.py leaderboard` of orca-judge.", "",
-        "```bibtex", CITATION, "```", "",
-    ]
-    import yaml
-
-    (out / "README.md").write_text("---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n\n"
-                                   + "\n".join(body), encoding="utf-8")
+    card = SpaceCard.from_template(
+        data, template_path=str(SPACE_CARD_TEMPLATE), title=title, model=args.model, model_revision=args.model_revision,
+        benchmarks=", ".join(BENCHMARKS[b].title for b in args.benchmark), token_note=token_note, citation=CITATION)
+    card.save(out / "README.md")
     compile((out / "app.py").read_text(), "app.py", "exec")  # the Space's entry point at least parses
 
 
@@ -572,238 +495,10 @@ def cmd_leaderboard(args) -> None:
                       space_sdk="gradio")
 
 
-# ------------------------------------------------------------------------------------------------ reference release
-
-# The reference release (github.com/BUTSpeechFIT/ORCA, orca_score/data.py and infer.py) scores a record as
-#   "" + " |context: " + rationale + " |question: " + question + " |correct answer: " + reference
-#      + " |candidate answer: " + candidate
-# with nothing stripped (an empty field keeps its label), tokenised whole without special tokens and never
-# truncated, pooled at the last real token of the last hidden state. The same in OrcaConfig's terms; a list of
-# aliases is the one string its aliases joined by " / " (the release reads one reference string).
-NO_LIMIT = 2**31 - 1
-REFERENCE_TEMPLATE = dict(
-    template_fields=["rationale", "question", "reference", "candidate"],
-    field_labels={"rationale": "|context: ", "question": "|question: ", "reference": "|correct answer: ",
-                  "candidate": "|candidate answer: "},
-    field_separator=" ", template_prefix=" ", skip_empty_fields=False, strip_fields=False, add_special_tokens=False,
-    pooling="last", reference_mode="join", reference_joiner=" / ", max_joined_references=NO_LIMIT,
-    max_reference_chars=NO_LIMIT, max_scored_references=0, max_length=NO_LIMIT, clamp=False,
-)
-# reference score_type -> ours. "mse" is scored like "bernoulli" (softmax entry 0) and "bmm" like "beta"
-# (the same parameters, trained with other losses).
-REFERENCE_SCORE_TYPES = {"bernoulli": "bernoulli", "mse": "bernoulli", "beta": "beta", "bmm": "beta",
-                         "multinomial": "multinomial"}
-REFERENCE_HEAD_OUTPUTS = {"bernoulli": 2, "beta": 2, "multinomial": 5}
-
-_LONG_RATIONALE = " ".join(f"Bell {i} rings in the old stone tower, and the wind carries its echo over the square."
-                           for i in range(1, 41))  # about 800 tokens: over the 512 our own models are cut to
-# Scored by the converter (ours against the reference's computation) and by the tests: the inputs where a formatter
-# can differ from the reference's string. Every record has ratings, as the release's reader drops those without.
-REFERENCE_EDGE_RECORDS = [
-    {"id": "spaces", "question": "  Which instrument plays the melody?  ", "reference": [" violin ", "fiddle "],
-     "rationale": " A solo violin plays over soft piano chords. ", "candidate": "  It is a violin.  ", "ratings": [5, 5, 4]},
-    {"id": "tabs-newlines", "question": "What animal is barking?\n", "reference": "\tdog",
-     "rationale": "\tA dog barks twice.\n\n", "candidate": "A cat, I think.\n", "ratings": [1, 1]},
-    {"id": "empty-rationale", "question": "How many bells ring?", "reference": "three", "rationale": "",
-     "candidate": "three ", "ratings": [5]},
-    {"id": "unicode", "question": "Quel instrument joue ? 🎻", "reference": ["violon", "小提琴", "skrzypce"],
-     "rationale": "Un violon solo joue — très doucement, cafe\u0301 au lait.", "candidate": "C'est un violon 🎻\u00a0",
-     "ratings": [5, 4]},
-    {"id": "long", "question": "How many bells ring?", "reference": "forty", "rationale": _LONG_RATIONALE,
-     "candidate": "I counted forty bells.", "ratings": [5, 5]},
-    {"id": "many-aliases", "question": "How many strings does a violin have?",
-     "reference": ["4", "four", "IV", "vier", "quatre", "cuatro", "quattro", "četyre", "четыре", "四", "fyra", "neljä",
-                   "négy", "dört", "ארבע", "أربعة", "four strings", "4 strings", "G D A E", "G, D, A and E"],
-     "candidate": "It has four strings.", "rationale": "A violinist tunes each string in turn.", "ratings": [5, 5, 5]},
-    {"id": "empty-candidate", "question": "What is the speaker's name?", "reference": "Anna", "rationale": "   ",
-     "candidate": "", "ratings": [1, 1]},
-    {"id": "whitespace-candidate", "question": "What is the speaker's name?", "reference": "Anna",
-     "rationale": "A woman says: my name is Anna.", "candidate": " \t ", "ratings": [1]},
-]
-
-
-def read_reference_config(path: Path) -> dict:
-    """yaml.safe_load plus one tag: the release writes its config with yaml.dump, which tags the default
-    `layers_to_use: (-1,)` as `!!python/tuple`. It is read as a list; every other Python tag is still refused."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_constructor("tag:yaml.org,2002:python/tuple", lambda loader, node: loader.construct_sequence(node))
-    try:
-        return yaml.load(path.read_text(), Loader=Loader) or {}
-    except yaml.YAMLError as err:
-        raise PublishError(f"{path}: not a plain YAML config: {' '.join(str(err).split())}") from err
-
-
-def reference_input(record: dict) -> str:
-    """The release's input string of a record, written out on its own (not through our formatter)."""
-    refs = record["reference"]
-    ref = refs if isinstance(refs, str) else " / ".join(refs)
-    return (f" |context: {record.get('rationale', '')} |question: {record['question']} "
-            f"|correct answer: {ref} |candidate answer: {record['candidate']}")
-
-
-def reference_predictions(causal_lm, tokenizer, weight, bias, score_type: str, records: list[dict]) -> list[dict]:
-    """`rating_orca` and `variance_orca` (on [0, 1], as the release writes them) computed the release's way: its
-    string, tokenised whole without special tokens, the causal LM's last hidden state at the last token, its head
-    mapping (in float64). One input at a time, so no padding."""
-    import torch
-
-    out = []
-    with torch.no_grad():
-        for record in records:
-            ids = tokenizer(reference_input(record), add_special_tokens=False, return_tensors="pt")["input_ids"]
-            hidden = causal_lm(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]  # [H]
-            z = hidden.double() @ weight.double().T + bias.double()  # [K]
-            if score_type == "beta":
-                a, b = z.exp()
-                rating, variance = a / (a + b), a * b / ((a + b + 1) * (a + b) ** 2)
-            elif score_type == "multinomial":
-                probs, k = z.softmax(-1), torch.arange(5, dtype=torch.float64) / 4
-                rating = probs @ k
-                variance = probs @ (k - rating) ** 2
-            else:  # bernoulli (and mse): entry 0 of a softmax over two logits; no variance
-                rating, variance = z.softmax(-1)[0], torch.zeros(())
-            out.append({"rating_orca": float(rating), "variance_orca": float(variance)})
-    return out
-
-
-def read_reference_checkpoint(src: Path) -> tuple[dict, dict]:
-    import torch
-
-    model_dir = src / "model"
-    for need in (model_dir / "config.yaml", model_dir / "model_minus_lm.pt", model_dir / "lm", src / "tokenizer"):
-        if not need.exists():
-            raise PublishError(f"{need} not found: expected a reference checkpoint with model/config.yaml, "
-                               "model/lm/, model/model_minus_lm.pt and tokenizer/")
-    ref_config = read_reference_config(model_dir / "config.yaml")
-    if ref_config.get("score_type") not in REFERENCE_SCORE_TYPES:
-        raise PublishError(f"reference score_type {ref_config.get('score_type')!r} is not one of "
-                           f"{', '.join(REFERENCE_SCORE_TYPES)}")
-    if list(ref_config.get("layers_to_use", [-1]) or []) != [-1]:
-        raise PublishError(f"layers_to_use={ref_config['layers_to_use']}: only the last layer ([-1]) can be converted")
-    if ref_config.get("use_cls_token"):
-        raise PublishError("use_cls_token=True (a learned extra input token) cannot be converted")
-    try:  # weights_only: a .pt file is a pickle, and a full unpickle could run arbitrary code
-        head = torch.load(model_dir / "model_minus_lm.pt", map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise PublishError(f"{model_dir / 'model_minus_lm.pt'} is not a plain tensor state dict: "
-                           f"{str(err).strip().splitlines()[0]}") from err
-    if not isinstance(head, dict) or set(head) != {"linear.weight", "linear.bias"}:
-        keys = sorted(head) if isinstance(head, dict) else type(head).__name__
-        raise PublishError(f"model_minus_lm.pt must hold exactly linear.weight and linear.bias, got {keys}")
-    return ref_config, head
-
-
-def adapter_base_model(lm_dir: Path, given: str | None) -> str:
-    """The base model of a LoRA adapter: --base-model when given, else `base_model_name_or_path` of its
-    adapter_config.json."""
-    if given:
-        return given
-    try:
-        base = json.loads((lm_dir / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError) as err:
-        raise PublishError(f"{lm_dir / 'adapter_config.json'}: unreadable ({err}); pass --base-model") from None
-    if not base:
-        raise PublishError(f"{lm_dir / 'adapter_config.json'} names no base_model_name_or_path: pass --base-model "
-                           "(the Hub id or folder the adapter was trained on)")
-    return base
-
-
-LOCAL_KEYS = ("_name_or_path", "name_or_path", "is_local", "local_files_only")
-
-
-def tidy_saved_folder(folder: Path, backbone_class: str) -> None:
-    """Remove what only describes this machine (the folders things were loaded from, offline flags) from a saved
-    model folder's config.json (and its backbone_config) and tokenizer_config.json, and let the backbone config's
-    `architectures` name the class whose weights the folder holds (e.g. LlamaModel, not LlamaForCausalLM)."""
-    for name in ("config.json", "tokenizer_config.json"):
-        path = folder / name
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
-        for part in (data, data.get("backbone_config") or {}):
-            for key in LOCAL_KEYS:
-                part.pop(key, None)
-        if "backbone_config" in data:
-            data["backbone_config"]["architectures"] = [backbone_class]
-        path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def compare_with_reference(want: list[dict], got: list[dict]) -> float:
-    """Largest absolute difference of rating_orca and variance_orca over the records."""
-    return max(abs(w[k] - g[k]) for w, g in zip(want, got) for k in ("rating_orca", "variance_orca"))
-
-
-def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: str = "float32") -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from configuration_orca import OrcaConfig
-    from eval_suite.cli import reference_fields
-    from modeling_orca import OrcaForCorrectnessDistribution
-
-    ref_config, head = read_reference_checkpoint(src)
-    ref_type = REFERENCE_SCORE_TYPES[ref_config["score_type"]]
-    lm_dir = src / "model" / "lm"
-    # merge in float32 whatever the stored dtype, then cast once at the end
-    if (lm_dir / "adapter_config.json").exists():
-        from peft import PeftModel
-
-        base = adapter_base_model(lm_dir, base_model)
-        try:
-            causal = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        except OSError as err:
-            raise PublishError(f"base model {base} of the LoRA adapter in {lm_dir}: {err}") from None
-        causal = PeftModel.from_pretrained(causal, lm_dir).merge_and_unload()
-    else:
-        causal = AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
-    causal.eval()
-    tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
-    if tokenizer.pad_token is None:  # as the release does; padding is masked and never pooled
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-
-    weight, bias = head["linear.weight"].float(), head["linear.bias"].float()
-    backbone = causal.base_model  # the decoder without its lm_head: what AutoModel loads
-    hidden = backbone.config.get_text_config().hidden_size
-    if tuple(weight.shape) != (REFERENCE_HEAD_OUTPUTS[ref_type], hidden) or tuple(bias.shape) != (weight.shape[0],):
-        raise PublishError(f"head of shape {tuple(weight.shape)} does not fit score_type {ref_config['score_type']!r} "
-                           f"and hidden size {hidden} (expected {(REFERENCE_HEAD_OUTPUTS[ref_type], hidden)})")
-
-    backbone.config.pad_token_id = tokenizer.pad_token_id
-    config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, **REFERENCE_TEMPLATE)
-    model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
-    with torch.no_grad():
-        if ref_type == "bernoulli":
-            # softmax([z0, z1])[0] = sigmoid(z0 - z1): one logit with the difference of the two rows
-            model.score_head.weight.copy_((weight[0] - weight[1])[None])
-            model.score_head.bias.copy_((bias[0] - bias[1])[None])
-        else:
-            model.score_head.weight.copy_(weight)
-            model.score_head.bias.copy_(bias)
-
-    records = REFERENCE_EDGE_RECORDS
-    want = reference_predictions(causal, tokenizer, weight, bias, ref_type, records)
-    got = [reference_fields(p, config) for p in model.predict(records, tokenizer, batch_size=len(records))]
-    worst = compare_with_reference(want, got)
-    if worst > 1e-5:
-        raise PublishError(f"the converted model's scores differ from the reference computation by {worst:.2e} "
-                           f"on the {len(records)} check records")
-
-    model.to(getattr(torch, dtype_name))
-    with staging_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tidy_saved_folder(tmp, type(backbone).__name__)
-    print(f"converted {src} ({ref_config['score_type']} -> {ref_type}) into {out}; on {len(records)} check records "
-          f"(surrounding whitespace, empty fields, unicode, a long input, many aliases) rating_orca and variance_orca "
-          f"equal the reference computation (max difference {worst:.1e})")
-
-
 def cmd_convert(args) -> None:
-    convert_reference(Path(args.src), args.base_model, Path(args.out), args.dtype)
+    from eval_suite.release import convert_to_folder  # a folder or a Hub id (downloaded at --revision)
+
+    convert_to_folder(args.src, Path(args.out), revision=args.revision, base_model=args.base_model, dtype=args.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -854,7 +549,9 @@ def parse_args(argv=None):
     p.add_argument("--local-dir", help="with --dry-run: write the Space folder here")
 
     p = sub.add_parser("convert-reference", help="convert a reference-release checkpoint into this format")
-    p.add_argument("--src", required=True, help="reference checkpoint folder holding model/ and tokenizer/")
+    p.add_argument("--src", required=True, help="reference checkpoint: a folder holding model/ and tokenizer/, or a "
+                                                 "Hub id such as BUT-FIT/orca-olmo-2-1b-multinomial")
+    p.add_argument("--revision", default=None, help="with a Hub id: its branch, tag or commit (default: the default branch)")
     p.add_argument("--base-model", default=None,
                    help="base causal LM of a LoRA adapter in model/lm (Hub id or folder; default: the adapter's "
                         "adapter_config.json base_model_name_or_path)")
@@ -874,7 +571,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         args.func(args)
-    except PublishError as err:
+    except (PublishError, ConversionError) as err:
         message = str(err)
     except HfHubHTTPError as err:
         message = http_error_message(err)

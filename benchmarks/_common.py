@@ -18,7 +18,7 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 from transformers.utils import logging as _hf_logging  # noqa: E402
 
-from push_to_hub import REFERENCE_TEMPLATE  # noqa: E402
+from eval_suite.reference_checkpoint import REFERENCE_TEMPLATE  # noqa: E402
 
 _hf_logging.set_verbosity_error()
 _hf_logging.disable_progress_bar()
@@ -164,7 +164,7 @@ def run_info(args) -> dict:
 
     import transformers
 
-    from eval_suite.cli import package_version
+    from eval_suite.loading import package_version
 
     try:
         revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()

@@ -136,7 +136,7 @@ def timed(fn):
 def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from modeling_orca import encode_fields, format_input, input_variants
+    from processing_orca import encode_fields, format_input, input_variants
 
     folder, pooling = backbone_folder(name, tmp)
     add_special = name == "minilm"  # BERT needs its [CLS] ... [SEP]

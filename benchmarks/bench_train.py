@@ -1,10 +1,10 @@
 """Training throughput of SmolLM2-135M-Instruct with LoRA r=128 (q/k/v/o/gate/up/down projections, the head trained
 fully), float32, micro-batches of 8 x 2 accumulated (16 answers an optimiser step), AdamW, gradient clipping:
 
-- (a) today's path: `training.batching: shuffled` (`train.epoch_batches`, batches of similar lengths from all
-  questions), one padded row per answer (`train.collate`), the model's `forward`;
+- (a) today's path: `training.batching: shuffled` (`training.batching.epoch_batches`, batches of similar lengths from all
+  questions), one padded row per answer (`training.batching.micro_batch_inputs`), the model's `forward`;
 - (b) shared prefix: `training.batching: question` and `training.prefix_sharing`: a micro-batch's answers to one
-  question laid out as one prefix-tree row (`modeling_orca.pack_prefix_tree`), the shared fields computed once;
+  question laid out as one prefix-tree row (`packing_orca.pack_prefix_tree`), the shared fields computed once;
 - (c) naive, the reference trainer's way: `AutoModelForCausalLM` with the same LoRA, vocabulary logits at every
   position (`output_hidden_states=True` for the last hidden state), fixed batches in a seeded shuffled order without
   length sorting, the loss summed over a micro-batch.
@@ -77,7 +77,7 @@ def load_data(name: str, n: int, dev_n: int) -> tuple[list[dict], list[dict]]:
 
 def build(folder: str, head_seed: int = 0):
     """The ORCA model on the backbone (release template, float32) with LoRA; a seeded head."""
-    import train
+    import training.model
     from modeling_orca import OrcaForCorrectnessDistribution
 
     model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, dtype=torch.float32, **RELEASE_TEMPLATE)
@@ -85,7 +85,7 @@ def build(folder: str, head_seed: int = 0):
     torch.nn.init.normal_(model.score_head.weight, std=0.05)
     torch.nn.init.zeros_(model.score_head.bias)
     torch.manual_seed(head_seed)  # LoRA's initialisation
-    return train.add_lora(model, {"lora": LORA}), tokenizer
+    return training.model.add_lora(model, {"lora": LORA}), tokenizer
 
 
 def optimizer_for(model, lr: float, head_lr: float):
@@ -98,14 +98,15 @@ class Trainer:
     """One path's model, optimiser and schedule; `step(batch)` runs one optimiser step over 16 item indices."""
 
     def __init__(self, path: str, folder: str, token_ids, records, args):
-        import train
-        from modeling_orca import pad_ratings, pad_token_ids, ratings_nll
+        import training.model
+        from modeling_orca import pad_ratings, ratings_nll
+        from packing_orca import pad_token_ids
 
         self.path, self.token_ids, self.records, self.args = path, token_ids, records, args
         self.groups = [r["question_id"] for r in records]
         model, tokenizer = build(folder)
         self.pad_id = tokenizer.pad_token_id
-        self.config = train.unwrap_orca(model).config
+        self.config = training.model.unwrap_orca(model).config
         if path == "c":  # the same LoRA and head on the causal LM (its vocabulary head computes logits)
             from peft import LoraConfig, get_peft_model
             from transformers import AutoModelForCausalLM
@@ -113,8 +114,8 @@ class Trainer:
             lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
             torch.manual_seed(0)
             lm = get_peft_model(lm, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-                                               target_modules=train.LORA_TARGETS["default"]))  # fmt: skip
-            self.head = train.unwrap_orca(model).score_head
+                                               target_modules=training.model.LORA_TARGETS["default"]))  # fmt: skip
+            self.head = training.model.unwrap_orca(model).score_head
             self.head.requires_grad_(True)
             del model
             self.lm = lm
@@ -128,33 +129,33 @@ class Trainer:
             self.opt = optimizer_for(model, args.lr, args.head_lr)
             self.params = [p for p in model.parameters() if p.requires_grad]
             model.train()
-            self.share = path == "b" and train.unwrap_orca(model).prefix_sharing_supported
+            self.share = path == "b" and training.model.unwrap_orca(model).prefix_sharing_supported
         self._pad, self._ratings, self._nll = pad_token_ids, pad_ratings, ratings_nll
         self.real_tokens = self.computed_tokens = 0
 
     def set_schedule(self, total_steps: int) -> None:
-        import train
+        import training.schedule
 
         warmup = max(1, total_steps // 10)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: train.lr_lambda(s, warmup_steps=warmup, max_steps=total_steps, floor=0.1)
+            self.opt, lambda s: training.schedule.lr_lambda(s, warmup_steps=warmup, max_steps=total_steps, floor=0.1)
         )
 
     def batches(self, epoch: int) -> list[list[int]]:
-        import train
+        import training.batching
 
         lengths = [len(t) for t in self.token_ids]
         bs = 2 * self.args.micro
         if self.path == "a":
-            return train.epoch_batches(lengths, bs, 0, epoch)
+            return training.batching.epoch_batches(lengths, bs, 0, epoch)
         if self.path == "b":
-            return train.epoch_batches(lengths, bs, 0, epoch, groups=self.groups, piece=self.args.micro)
+            return training.batching.epoch_batches(lengths, bs, 0, epoch, groups=self.groups, piece=self.args.micro)
         order = list(range(len(lengths)))
         random.Random(epoch).shuffle(order)
         return [order[i : i + bs] for i in range(0, len(order) - bs + 1, bs)]
 
     def step(self, batch: list[int]) -> float:
-        import train
+        import training.batching
 
         micro = self.args.micro
         total = 0.0
@@ -169,7 +170,7 @@ class Trainer:
                 loss = self._nll(self.head(pooled), self._ratings([self.records[i]["ratings"] for i in idx]), self.config).sum()
                 self.computed_tokens += input_ids.numel()
             else:
-                batch_k = train.collate(idx, self.token_ids, self.records, self.pad_id, share_prefix=self.share, groups=self.groups)
+                batch_k = training.batching.micro_batch_inputs(idx, self.token_ids, self.records, self.pad_id, share_prefix=self.share, groups=self.groups)
                 loss = self.model(**batch_k).loss / (len(batch) // micro)
                 self.computed_tokens += batch_k["input_ids"].numel()
             loss.backward()
@@ -181,9 +182,9 @@ class Trainer:
         return total
 
     def orca(self):
-        import train
+        import training.model
 
-        return train.unwrap_orca(self.model)
+        return training.model.unwrap_orca(self.model)
 
 
 def release_freed_memory() -> None:
@@ -268,12 +269,13 @@ def main(argv=None) -> int:
     if args.smoke:
         args.backbone, args.n, args.steps, args.warmup, args.dev_steps, args.dev_n, args.dev_train_n = "tiny-llama", 48, 2, 1, 4, 30, 48
 
-    import train
+    import training.data
+    import training.model
 
     tmp = tempfile.TemporaryDirectory()
     folder, _ = backbone_folder(args.backbone, Path(tmp.name))
     model, tokenizer = build(folder)
-    config = copy.deepcopy(train.unwrap_orca(model).config)
+    config = copy.deepcopy(training.model.unwrap_orca(model).config)
     config.max_length = args.max_length
     del model
     print(f"{args.backbone}: LoRA r={LORA['r']} float32, micro-batches {args.micro} x 2, {torch.get_num_threads()} threads; {load_line()}", flush=True)
@@ -282,7 +284,7 @@ def main(argv=None) -> int:
     for name in args.data.split(","):
         n = args.dev_train_n if name == "evouna" else args.n
         records, dev = load_data(name, n, args.dev_n)
-        token_ids = train.tokenize_records(records, tokenizer, config)
+        token_ids = training.data.tokenize_records(records, tokenizer, config)
         questions = len({r["question_id"] for r in records})
         print(f"\n{name}: {len(records)} answers to {questions} questions, {sum(map(len, token_ids)) / len(token_ids):.0f} tokens "
               f"an answer on average", flush=True)  # fmt: skip

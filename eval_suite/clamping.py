@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from eval_suite.metrics import kendall, spearman
-from modeling_orca import clamp_scores as clamp_one
+from modeling_orca import clamp_confident_score as clamp_one
 from modeling_orca import rating_to_unit
 
 DEFAULT_MARGIN = 0.125
@@ -32,7 +32,7 @@ def clamp_scores(score01, variance, *, threshold: float, margin: float = DEFAULT
         )
     if not 0.0 <= margin <= 0.5:
         raise ValueError(f"margin must be in [0, 0.5], got {margin}")
-    # the model's own rule (modeling_orca.clamp_scores), so tuning here and clamping in `predict` agree
+    # the model's own rule (modeling_orca.clamp_confident_score), so tuning here and clamping in `predict` agree
     return np.array([clamp_one(float(s), float(v), margin, threshold) for s, v in zip(score, var)], dtype=float)
 
 
@@ -97,3 +97,19 @@ def tune_clamp_threshold(
         raise ValueError("the objective is undefined for every threshold (constant scores or human means)")
     best = max(scored, key=lambda row: row["objective"])  # max() keeps the first of equal maxima
     return best["threshold"], table
+
+
+def tune_on_predictions(preds, human_mean, *, margin: float = DEFAULT_MARGIN) -> dict:
+    """Tune the threshold on unclamped `predict` outputs (dicts with mean and variance on the 1-5 scale) against
+    human mean ratings: the one tuning step of train.py's final evaluation and orca-score --tune-clamp-on.
+
+    Returns threshold (None where no threshold beats no clamping on dev: ties go to no clamping, so a finite
+    threshold strictly helped), `clamped` (the chosen row of the table) and `unclamped` (the -inf row)."""
+    threshold, table = tune_clamp_threshold(
+        rating_to_unit(np.array([p["mean"] for p in preds], dtype=float)), [p["variance"] for p in preds],
+        human_mean, margin=margin,
+    )
+    best = next(row for row in table if row["threshold"] == threshold)
+    unclamped = next(row for row in table if row["threshold"] == -np.inf)
+    return {"threshold": None if np.isinf(threshold) else threshold, "clamped": best, "unclamped": unclamped}
+

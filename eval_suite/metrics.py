@@ -58,11 +58,10 @@ def _is_constant(x: np.ndarray) -> bool:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Pearson correlation of average ranks; None where undefined (n < 2 or a constant side)."""
+    """Spearman's rho (ties get average ranks); None where undefined (n < 2 or a constant side)."""
     if _is_constant(x) or _is_constant(y):
         return None
-    rx, ry = stats.rankdata(x), stats.rankdata(y)
-    return float(np.corrcoef(rx, ry)[0, 1])
+    return float(stats.spearmanr(x, y).statistic)
 
 
 def kendall(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -73,13 +72,17 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
-    """Mann-Whitney form of the ROC AUC (ties count one half); None when one class is missing."""
+    """ROC AUC (ties count one half); None when one class is missing.
+
+    The Mann-Whitney U of the positives over the negatives, divided by the pairs: equal to
+    sklearn.metrics.roc_auc_score (tests check it to 1e-12), which costs about 11 ms a call on 500 items against
+    3 ms here, and this runs once per bootstrap draw."""
     labels = labels.astype(bool)
     n_pos, n_neg = int(labels.sum()), int((~labels).sum())
     if n_pos == 0 or n_neg == 0:
         return None
-    ranks = stats.rankdata(scores)
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    u = stats.mannwhitneyu(scores[labels], scores[~labels], use_continuity=False, method="asymptotic").statistic
+    return float(u / (n_pos * n_neg))
 
 
 def _binary_labels(human_mean: np.ndarray, counts: np.ndarray | None) -> np.ndarray | None:
@@ -232,6 +235,10 @@ def compute_metrics(
 def _bootstrap_ci(metrics_on, point: dict, n: int, n_boot: int, confidence: float, seed: int) -> dict:
     """Percentile intervals from resampling items with replacement.
 
+    Not scipy.stats.bootstrap: that gives NaN for a metric when any resample leaves it undefined, while a
+    resample of ratings often is constant on one side (no correlation); here such draws are left out for that
+    metric only, and all metrics share one set of resampled items.
+
     Resamples where a metric is undefined (e.g. a constant resample for a correlation) are skipped for that
     metric only; a metric undefined on the full data gets no interval.
     """
@@ -347,6 +354,8 @@ def judge_agreement(
     for name, pred in preds.items():
         out[name] = {"n": int(human.size), **_agreement_point(pred, human, correct),
                      "calibration": mean_calibration(pred, human)["bins"]}
+    # not scipy.stats.bootstrap: the differences need every judge on the same draws, and a draw that leaves a
+    # metric undefined (a constant side) is left out for that metric only, where scipy would give NaN
     if bootstrap > 0 and human.size:
         rng = np.random.default_rng(seed)
         draws: dict[str, dict[str, list]] = {name: {k: [] for k in AGREEMENT_KEYS} for name in preds}

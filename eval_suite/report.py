@@ -13,6 +13,7 @@ Writes report.md, report.json and PNG plots into --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -24,8 +25,11 @@ import numpy as np
 import yaml
 
 from configuration_orca import TEMPLATE_FIELDS
-from eval_suite.cli import add_model_arguments, set_quiet
+from dataset_builder.readers import read_jsonl
+from eval_suite.cli_args import add_model_arguments, set_quiet
+from eval_suite.files import write_text_atomic
 from eval_suite.metrics import baseline_metrics, compute_metrics, prediction_metrics
+from eval_suite.tables import flatten, markdown_table
 
 METRICS = ("spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
 SHORT = {"spearman": "Spearman", "kendall": "Kendall", "mae_mean": "MAE", "mae_variance": "MAE var", "nll": "NLL", "roc_auc": "ROC AUC"}
@@ -56,17 +60,6 @@ class Run:
         return self.config.get("data", {}).get("fold")
 
 
-def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):  # an empty dict adds no key, so `orca: {}` and a missing `orca` compare equal
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = json.dumps(value, sort_keys=True)
-    return out
-
-
 def curriculum(config: dict) -> str:
     stages = list(config.get("stages", {}))
     done = [s for s in stages if s not in config.get("skip_stages", [])]
@@ -74,7 +67,7 @@ def curriculum(config: dict) -> str:
 
 
 def system_settings(config: dict) -> dict[str, str]:
-    flat = {k: v for k, v in flatten(config).items() if not IGNORED.match(k)}
+    flat = {k: v for k, v in flatten(config, leaf=functools.partial(json.dumps, sort_keys=True)).items() if not IGNORED.match(k)}
     # an unset template means the default one: the two must compare equal
     flat.setdefault(INPUT_KEY, json.dumps(list(config.get("model", {}).get("orca", {}).get("template_fields", TEMPLATE_FIELDS))))
     flat[CURRICULUM_KEY] = json.dumps(curriculum(config))
@@ -150,11 +143,6 @@ def make_result(run, test_set, data_key, records, preds, baselines) -> Result:
     return result
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def own_test(run: Run, baseline_names, notes: list[str]) -> Result:
     """The run's test split, from test_predictions.jsonl, joined with its test file (for `answerer`) when known."""
     preds_file = run.path / "test_predictions.jsonl"
@@ -198,7 +186,7 @@ def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch
     if not test_files:
         return [own_test(run, baseline_names, notes) for run in runs]
     from dataset_builder.readers import read_records
-    from eval_suite.cli import load_model
+    from eval_suite.loading import load_model
 
     tests = {path: read_records(path).records for path in test_files}
     names = list(baseline_names) if baseline_names is not None else list(DEFAULT_BASELINES)
@@ -234,12 +222,6 @@ def fmt(cell) -> str:
     return f"{mean:.3f} ± {std:.3f}" if n > 1 else f"{mean:.3f}"
 
 
-def md_table(headers: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 @dataclass
 class Table:
     title: str
@@ -249,7 +231,7 @@ class Table:
     data: list[dict]  # the same rows for report.json
 
     def markdown(self) -> str:
-        body = md_table(self.headers, self.rows) if self.rows else "_No runs for this table._"
+        body = markdown_table(self.headers, self.rows) if self.rows else "_No runs for this table._"
         return f"## {self.title}\n\n{self.note}\n\n{body}\n"
 
 
@@ -585,7 +567,7 @@ def ood_markdown(ood: dict, *, slices: bool = True) -> str:
         judges = per_slice["all"]
         for judge, m in judges.items():
             rows.append([set_name, m["n"], f"**{judge}**" if judge == "orca" else judge] + [_with_ci(m, k) for k in keys])
-    parts = [md_table(head, rows)]
+    parts = [markdown_table(head, rows)]
     if slices:
         srows = []
         for set_name, per_slice in ood["sets"].items():
@@ -594,13 +576,13 @@ def ood_markdown(ood: dict, *, slices: bool = True) -> str:
                     continue
                 for judge, m in judges.items():
                     srows.append([set_name, slice_name, m["n"], judge] + [_with_ci(m, k) for k in ("spearman", "mae_mean", "roc_auc")])
-        parts.append(md_table(["set", "slice", "n", "judge", "Spearman", "MAE (1-5)", "ROC-AUC"], srows))
+        parts.append(markdown_table(["set", "slice", "n", "judge", "Spearman", "MAE (1-5)", "ROC-AUC"], srows))
     return "\n\n".join(parts)
 
 
 def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int, device=None, dtype=None) -> dict:
     """orca-eval --ood: each run's final/ model on the out-of-domain sets of its own fold."""
-    from eval_suite.cli import load_model
+    from eval_suite.loading import load_model
 
     results = {}
     for run in runs:
@@ -692,7 +674,7 @@ def build_report(args) -> dict:
     plots = make_plots(by_system, pooled, test_sets, out)
 
     run_rows = [[r.name, str(r.path), r.config["model"].get("score_type"), r.fold, curriculum(r.config)] for r in runs]
-    md = ["# ORCA evaluation report", "", md_table(["run", "path", "head", "fold", "curriculum"], run_rows), ""]
+    md = ["# ORCA evaluation report", "", markdown_table(["run", "path", "head", "fold", "curriculum"], run_rows), ""]
     md += [t.markdown() for t in tables]
     ood = ood_for_runs(runs, args.batch_size, out, args.bootstrap, args.device, args.dtype) if getattr(args, "ood", False) else {}
     for name, result in ood.items():
@@ -705,7 +687,7 @@ def build_report(args) -> dict:
     md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    (out / "report.md").write_text("\n".join(md) + "\n")
+    write_text_atomic(out / "report.md", "\n".join(md) + "\n")
     report = {
         "runs": [{"name": r.name, "path": str(r.path), "fold": r.fold, "curriculum": curriculum(r.config),
                   "head": r.config["model"].get("score_type"), "varying_settings": {k: r.settings.get(k) for k in varying_keys(runs)}}
@@ -716,7 +698,7 @@ def build_report(args) -> dict:
         "notes": notes,
         "ood": ood,
     }
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_text_atomic(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     return report
 
 

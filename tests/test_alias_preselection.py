@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from configuration_orca import OrcaConfig
-from modeling_orca import OrcaForCorrectnessDistribution, closest_references, input_variants
-from train import tiny_backbone_config
+from modeling_orca import OrcaForCorrectnessDistribution
+from processing_orca import closest_references, input_variants
+from training.model import tiny_backbone_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

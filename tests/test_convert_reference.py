@@ -18,8 +18,9 @@ import torch
 import yaml
 
 import push_to_hub
-import train
-from push_to_hub import REFERENCE_EDGE_RECORDS
+import training.model
+from eval_suite import reference_checkpoint
+from eval_suite.reference_checkpoint import REFERENCE_EDGE_RECORDS
 
 HEAD_OUTPUTS = {"beta": 2, "multinomial": 5, "bernoulli": 2}
 
@@ -31,7 +32,7 @@ def base_lm(tmp_path_factory, smollm2_tokenizer):
 
     folder = tmp_path_factory.mktemp("base")
     torch.manual_seed(0)
-    LlamaForCausalLM(train.tiny_backbone_config("llama", len(smollm2_tokenizer))).save_pretrained(folder)
+    LlamaForCausalLM(training.model.tiny_backbone_config("llama", len(smollm2_tokenizer))).save_pretrained(folder)
     return folder
 
 
@@ -187,7 +188,7 @@ def test_converted_folder_carries_no_local_paths_and_names_its_backbone_class(co
     texts = {p.name: p.read_text() for p in out.iterdir() if p.suffix in (".json", ".jinja", ".txt")}
     for name, text in texts.items():
         assert str(src) not in text and str(base_lm) not in text and str(out) not in text, name
-        for key in push_to_hub.LOCAL_KEYS:
+        for key in reference_checkpoint.LOCAL_KEYS:
             assert f'"{key}"' not in text, (name, key)
     config = json.loads(texts["config.json"])
     assert config["backbone_config"]["architectures"] == ["LlamaModel"] and config["strip_fields"] is False

@@ -167,3 +167,36 @@ def test_on_error_is_checked(tmp_path):
     _write(tmp_path / "a.jsonl", [_release_line(1)])
     with pytest.raises(ValueError, match="on_error"):
         read_records(tmp_path / "a.jsonl", on_error="ignore")
+
+
+def test_the_one_jsonl_reader_raises_skips_or_keeps_bad_lines_and_stops_after_max_problems(tmp_path):
+    from collections import Counter
+
+    from dataset_builder.readers import JsonLines, read_jsonl
+
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{not json\n"text"\n\xff\xfe\n[1, 2]\n{"b": 2}')  # BOM, no final newline
+    with pytest.raises(RecordError, match=r"mixed.jsonl:3: field '<line>': malformed JSON"):
+        read_jsonl(path)
+
+    skipped = Counter()
+    lines = JsonLines(path, on_error="skip", skipped=skipped)
+    assert [(x.line, x.value) for x in lines] == [(1, {"a": 1}), (4, "text"), (6, [1, 2]), (7, {"b": 2})]
+    assert skipped == {"blank line": 1, "malformed JSON": 1, "not UTF-8": 1} and lines.blank_lines == 1
+    assert lines.unread is None and lines.lines == 7
+
+    kept = list(JsonLines(path, on_error="keep"))
+    assert [x.line for x in kept] == [1, 3, 4, 5, 6, 7]
+    assert [x.error.problem.split(":")[0] if x.error else None for x in kept] == [
+        None, "malformed JSON", None, "not UTF-8 (byte 0)", None, None]
+    assert kept[1].text == "{not json" and kept[0].text == '{"a": 1}'
+
+    # a cap on the problems: reading stops before the next line, and says how many lines were not read
+    problems: list[str] = []
+    capped = JsonLines(path, on_error="keep", max_problems=2, problems=problems)
+    for item in capped:
+        if item.error is not None or not isinstance(item.value, dict):
+            problems.append(f"line {item.line}")
+    assert problems == ["line 3", "line 4"] and capped.unread == 3  # lines 5, 6 and 7
+    own = JsonLines(path, on_error="skip", max_problems=1)
+    assert [x.line for x in own] == [1] and own.unread == 4  # stopped before line 4: lines 4 to 7

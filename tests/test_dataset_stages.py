@@ -133,3 +133,11 @@ def test_filters_count_each_reason_once():
     assert [r["id"] for r in kept] == ["ok"]
     assert dropped == {"text over 1000 characters": 3, "flagged": 1, "unrated": 1}
     assert len(apply_filters(recs, require_rated=False)[0]) == 2
+
+
+def test_s2_default_has_no_paraphrases_and_rules_skip_synonyms():
+    """The paraphrase positives come only with the `s2_benchmark_paraphrase*` variants: build_s2 is unchanged."""
+    recs = build_s2(_questions(), [])
+    assert not {"mc-paraphrase", "mc-synonym"} & {r["answerer"] for r in recs}
+    assert all(r(_rec("adult female", answer="Woman", kind="synonym")) is None for r in rule_panel())
+    assert rule_panel()[1](_rec("adult female", answer="Woman")) is None  # unchanged without the kind

@@ -18,8 +18,10 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-import train
+import training.config
+import training.stages
 from tests.test_train import write_split
+from train import run
 
 REPO = Path(__file__).resolve().parents[1]
 ACCELERATE = Path(sys.executable).parent / "accelerate"
@@ -37,7 +39,7 @@ def run_config(tmp_path: Path, name: str) -> dict:
         write_split(data / "dev.jsonl", 24, 2)
         write_split(data / "test.jsonl", 24, 3)
     files = {"train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
-    cfg = train.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / name)])
+    cfg = training.config.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / name)])
     cfg["lora"].update(r=4, alpha=4, dropout=0.0)  # dropout masks would depend on the split into processes
     cfg["training"].update(effective_batch_size=16, per_device_batch_size=8, eval_every=2, patience=2, log_every=1,
                            checkpoint_every=2, head_lr=2e-2)
@@ -81,25 +83,31 @@ def assert_weights_close(a: dict, b: dict, atol: float) -> None:
         torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, k=key: f"{k}: {m}")
 
 
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """A copy of the weights that train (those a best/ folder holds), under their names in the wrapped model."""
+    model = getattr(model, "module", model)
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     """The reference: one process, in this process, with the trained weights recorded at every dev evaluation."""
     tmp_path = tmp_path_factory.mktemp("distributed")
     snapshots: dict[tuple[str, int], dict] = {}
-    real_evaluate = train.evaluate_records
+    real_evaluate = training.stages.evaluate_records
 
     def evaluate_and_record(model, *args, **kwargs):
         caller = sys._getframe(1)
-        if caller.f_code.co_name == "train_stage":  # a dev evaluation during training: the weights of this step
-            state = caller.f_locals["state"]
-            snapshots[(state["stage"], state["step"])] = {k: v.clone() for k, v in train.trainable_state(model).items()}
+        if caller.f_code.co_name == "evaluate_dev":  # a dev evaluation during training: the weights of this step
+            state = caller.f_locals["progress"].state
+            snapshots[(state["stage"], state["step"])] = trainable_state(caller.f_locals["model"])
         return real_evaluate(model, *args, **kwargs)
 
-    train.evaluate_records = evaluate_and_record
+    training.stages.evaluate_records = evaluate_and_record
     try:
-        train.run(run_config(tmp_path, "one"))
+        run(run_config(tmp_path, "one"))
     finally:
-        train.evaluate_records = real_evaluate
+        training.stages.evaluate_records = real_evaluate
     return tmp_path, snapshots
 
 
@@ -181,6 +189,21 @@ def test_fsdp_without_sharding_is_refused_not_silently_replicated(tmp_path, monk
     --use_fsdp run plain data parallelism. train.py says so and stops instead (here in one process, as
     `accelerate launch --use_fsdp` sets it)."""
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
     with pytest.raises(SystemExit, match="FSDP was asked for, but accelerate runs these processes as"):
-        train.run(run_config(tmp_path, "fsdp"))
+        run(run_config(tmp_path, "fsdp"))
     assert not (tmp_path / "fsdp" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("version", [None, "1"])
+def test_fsdp_version_1_is_refused_before_any_work(tmp_path, monkeypatch, version):
+    """FSDP version 1 (accelerate's default when --fsdp_version is not given) wraps the model in one root module
+    whose forward gathers the shards; the dev evaluation calls predict on the model inside it. Refused at once."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    if version is None:
+        monkeypatch.delenv("FSDP_VERSION", raising=False)
+    else:
+        monkeypatch.setenv("FSDP_VERSION", version)
+    with pytest.raises(SystemExit, match=r"FSDP version 1 \(accelerate's default\) is not supported: launch with --fsdp_version 2"):
+        run(run_config(tmp_path, "fsdp1"))
+    assert not (tmp_path / "fsdp1").exists()

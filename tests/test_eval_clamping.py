@@ -92,3 +92,19 @@ def test_errors():
         clamp_scores([0.1], [0.1], threshold=0.1, margin=0.7)
     with pytest.raises(ValueError, match="undefined for every threshold"):
         tune_clamp_threshold([0.5, 0.5], [0.1, 0.1], [1, 5])
+
+
+def test_tune_on_predictions_is_the_table_row_of_the_tuned_threshold_and_none_when_clamping_does_not_help():
+    from eval_suite.clamping import tune_clamp_threshold, tune_on_predictions
+
+    rng = np.random.default_rng(3)
+    human = rng.integers(1, 6, 80).astype(float)
+    means = np.clip(human + rng.normal(0, 0.3, 80), 1, 5)  # confident and close: clamping helps
+    preds = [{"mean": m, "variance": v} for m, v in zip(means, rng.uniform(0.01, 0.5, 80))]
+    tuned = tune_on_predictions(preds, human, margin=0.125)
+    threshold, table = tune_clamp_threshold((means - 1) / 4, [p["variance"] for p in preds], human, margin=0.125)
+    assert tuned["threshold"] == threshold and np.isfinite(threshold)
+    assert tuned["clamped"] == next(r for r in table if r["threshold"] == threshold) and tuned["unclamped"] == table[0]
+    assert tuned["clamped"]["objective"] > tuned["unclamped"]["objective"]
+    middle = [{"mean": 3.0 + 0.01 * i, "variance": 0.1} for i in range(10)]  # nothing near an end: nothing to clamp
+    assert tune_on_predictions(middle, [1, 5] * 5)["threshold"] is None

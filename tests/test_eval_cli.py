@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval_suite import cli
+from eval_suite import cli, loading, scoring, sharding
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "dog cat cow owl frog horse sheep goat bird fish lion bear wolf fox deer".split()
@@ -32,7 +32,7 @@ def model_dir(tmp_path_factory):
     from configuration_orca import OrcaConfig
     from eval_suite.backbones import smollm2_path
     from modeling_orca import OrcaForCorrectnessDistribution
-    from train import tiny_backbone_config
+    from training.model import tiny_backbone_config
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())  # our own copy: we set its pad token
     if tokenizer.pad_token is None:
@@ -119,10 +119,10 @@ def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir
 
 def test_shard_plan_example():
     keys = list("aabcbaddd")  # groups a: 0 1 5, b: 2 4, c: 3, d: 6 7 8
-    assert cli.shard_plan(keys, 1) == [[0, 1, 5, 2, 4, 3, 6, 7, 8]]
-    assert cli.shard_plan(keys, 2) == [[0, 1, 5, 2, 4], [3, 6, 7, 8]]
-    assert cli.shard_plan(keys, 5) == [[0, 1, 5], [6, 7, 8], [2, 4], [3], []]
-    assert cli.shard_plan(list("abc"), 1) == [[0, 1, 2]] and cli.shard_plan([], 2) == [[], []]
+    assert sharding.shard_plan(keys, 1) == [[0, 1, 5, 2, 4, 3, 6, 7, 8]]
+    assert sharding.shard_plan(keys, 2) == [[0, 1, 5, 2, 4], [3, 6, 7, 8]]
+    assert sharding.shard_plan(keys, 5) == [[0, 1, 5], [6, 7, 8], [2, 4], [3], []]
+    assert sharding.shard_plan(list("abc"), 1) == [[0, 1, 2]] and sharding.shard_plan([], 2) == [[], []]
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -133,7 +133,7 @@ def test_shard_plan_keeps_groups_whole_balanced_and_deterministic(seed):
     keys += [("line", i) for i in range(rng.randint(0, 3))]  # lines that failed validation: their own groups
     first = {k: keys.index(k) for k in keys}
     for count in range(1, 7):
-        plan = cli.shard_plan(keys, count)
+        plan = sharding.shard_plan(keys, count)
         assert len(plan) == count and sorted(i for shard in plan for i in shard) == list(range(len(keys)))
         owners = {keys[i]: k for k, shard in enumerate(plan) for i in shard}
         assert all(owners[keys[i]] == k for k, shard in enumerate(plan) for i in shard)  # no group split
@@ -141,7 +141,7 @@ def test_shard_plan_keeps_groups_whole_balanced_and_deterministic(seed):
             assert shard == sorted(shard, key=lambda i: (first[keys[i]], i))
         loads = [len(shard) for shard in plan]
         assert max(loads) - min(loads) <= max(keys.count(k) for k in first)
-        assert cli.shard_plan(list(keys), count) == plan
+        assert sharding.shard_plan(list(keys), count) == plan
 
 
 def test_group_key_is_the_text_before_the_candidate():
@@ -150,26 +150,26 @@ def test_group_key_is_the_text_before_the_candidate():
 
     def key(line: int, **change) -> object:
         obj = {"id": "a", "question": "Which animal?", "reference": "dog", "rationale": "A call.", "candidate": "a dog"}
-        return cli.group_key(cli.Entry(line, "", obj | change, validate_record(obj | change)), OrcaConfig())
+        return sharding.group_key(scoring.Entry(line, "", obj | change, validate_record(obj | change)), OrcaConfig())
 
     assert key(1) == key(2, id="b", candidate="a cat") and "Which animal?" in key(1) and "a dog" not in key(1)
     assert key(1) != key(3, reference="cat") and key(1) != key(4, question="Which bird?")
-    bad = [cli.group_key(cli.Entry(line, "x", None, None, "bad"), OrcaConfig()) for line in (5, 6)]
+    bad = [sharding.group_key(scoring.Entry(line, "x", None, None, "bad"), OrcaConfig()) for line in (5, 6)]
     assert bad[0] != bad[1]  # lines that failed validation are groups of one
 
 
 def test_finalise_merges_in_input_order_and_refuses_a_shard_off_plan(tmp_path):
-    entries, _ = cli.read_entries(write_jsonl(tmp_path / "in.jsonl", by_system(2, "AB", 12)), "raise")  # A-0 A-1 B-0 B-1
+    entries, _ = scoring.read_entries(write_jsonl(tmp_path / "in.jsonl", by_system(2, "AB", 12)), "raise")  # A-0 A-1 B-0 B-1
     out = tmp_path / "out.jsonl"
     for plan in ([[0, 2, 1, 3]], [[0, 2], [1, 3]]):
         for k, shard in enumerate(plan):
-            write_jsonl(cli.shard_path(out, k, len(plan)), [{"id": entries[i].obj["id"], "orca_error": None} for i in shard])
-        lines = cli.finalise(out, entries, plan)
+            write_jsonl(sharding.shard_path(out, k, len(plan)), [{"id": entries[i].obj["id"], "orca_error": None} for i in shard])
+        lines = sharding.finalise(out, entries, plan)
         assert [o["id"] for o in lines] == [o["id"] for o in read_jsonl(out)] == ["A-0", "A-1", "B-0", "B-1"]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
-    write_jsonl(cli.shard_path(out, 0, 1), [{"id": e.obj["id"], "orca_error": None} for e in entries])  # input order
+    write_jsonl(sharding.shard_path(out, 0, 1), [{"id": e.obj["id"], "orca_error": None} for e in entries])  # input order
     with pytest.raises(RuntimeError, match="out of order"):
-        cli.finalise(out, entries, [[0, 2, 1, 3]])
+        sharding.finalise(out, entries, [[0, 2, 1, 3]])
 
 
 def test_answers_sorted_by_system_are_scored_question_by_question_in_input_order(tmp_path, model_dir, monkeypatch):
@@ -179,13 +179,13 @@ def test_answers_sorted_by_system_are_scored_question_by_question_in_input_order
 
     lines = by_system(4, "ABC", 11)
     inp = write_jsonl(tmp_path / "in.jsonl", lines)
-    real_write, written = cli.write_chunk, []
+    real_write, written = sharding.write_chunk, []
 
     def spy(fh, chunk):
         written.append([o["id"] for o in chunk])
         real_write(fh, chunk)
 
-    monkeypatch.setattr(cli, "write_chunk", spy)
+    monkeypatch.setattr(sharding, "write_chunk", spy)
     score(model_dir, inp, tmp_path / "out.jsonl", "--chunk-size", "6", "--batch-size", "4", "--clamp", "off")
     # each chunk (one predict call) holds whole questions; file order would give one system per chunk, nothing shared
     assert written[:2] == [["A-0", "B-0", "C-0", "A-1", "B-1", "C-1"], ["A-2", "B-2", "C-2", "A-3", "B-3", "C-3"]]
@@ -306,7 +306,7 @@ def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir
     score(model_dir, inp, tmp_path / "straight.jsonl", *args)
 
     out = tmp_path / "out.jsonl"
-    real_write, calls = cli.write_chunk, []
+    real_write, calls = sharding.write_chunk, []
 
     def write_then_die(fh, lines):
         if len(calls) == 2:
@@ -314,10 +314,10 @@ def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir
         calls.append(len(lines))
         real_write(fh, lines)
 
-    monkeypatch.setattr(cli, "write_chunk", write_then_die)
+    monkeypatch.setattr(sharding, "write_chunk", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         score(model_dir, inp, out, *args)
-    monkeypatch.setattr(cli, "write_chunk", real_write)
+    monkeypatch.setattr(sharding, "write_chunk", real_write)
     partial = tmp_path / "out.jsonl.partial"
     assert [o["id"] for o in read_jsonl(partial)] == ["A-0", "B-0", "C-0", "D-0", "A-1", "B-1", "C-1", "D-1"]
     assert not out.exists()
@@ -333,6 +333,46 @@ def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir
     assert [o["id"] for o in resumed] == [o["id"] for o in straight]
     np.testing.assert_allclose([o["orca_mean"] for o in resumed], [o["orca_mean"] for o in straight], atol=1e-6)
     assert not partial.exists()
+
+
+def test_resume_refuses_a_partial_file_produced_with_other_settings(tmp_path, model_dir, monkeypatch, capsys):
+    """A partial file records what produced it (beside it, PARTIAL.meta.json): a resume with another model,
+    clamping threshold or output format would mix two runs in one output, so it is refused naming what differs."""
+    inp = write_jsonl(tmp_path / "in.jsonl", by_system(3, "AB", 4))
+    out, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"
+    args = ["--model", str(model_dir), "--input", str(inp), "--output", str(out), "--chunk-size", "2", "--no-progress"]
+    real_write = sharding.write_chunk
+
+    def die_after_first_chunk(fh, lines):
+        real_write(fh, lines)
+        raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(sharding, "write_chunk", die_after_first_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([*args, "--clamp", "off"])
+    monkeypatch.setattr(sharding, "write_chunk", real_write)
+    assert len(read_jsonl(partial)) == 2 and json.loads((tmp_path / "out.jsonl.partial.meta.json").read_text())["clamp_threshold"] is None
+
+    other_model = tmp_path / "other-model"
+    shutil.copytree(model_dir, other_model)
+    changed = {"clamp_threshold": ["--clamp", "0.5"], "output_format": ["--clamp", "off", "--output-format", "reference"],
+               "model": ["--clamp", "off", "--model", str(other_model)]}
+    for what, extra in changed.items():
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([*args, *extra, "--resume"])
+        assert exit_info.value.code == cli.EXIT_INVALID
+        err = capsys.readouterr().err
+        assert f"produced with other settings ({what}: " in err, err
+        assert not out.exists() and len(read_jsonl(partial)) == 2  # refused before anything was appended
+
+    summary = score(model_dir, inp, out, "--chunk-size", "2", "--clamp", "off", "--resume")
+    assert summary["counts"]["resumed_from"] == 2 and [o["id"] for o in read_jsonl(out)] == [x["id"] for x in read_jsonl(inp)]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out.jsonl")) == ["out.jsonl"]
+
+    partial.write_text(read_jsonl(out)[0] and json.dumps(read_jsonl(out)[0]) + "\n")  # no meta file: cannot be checked
+    with pytest.raises(SystemExit):
+        cli.main([*args, "--clamp", "off", "--resume"])
+    assert "cannot be checked" in capsys.readouterr().err
 
 
 def free_port() -> int:
@@ -416,5 +456,5 @@ def test_system_line_without_ratings_and_quiet_silences_libraries(tmp_path, mode
 
 
 def test_load_model_refuses_what_is_not_an_orca_model(tmp_path):
-    with pytest.raises(cli.UsageError, match="--model"):
-        cli.load_model(str(tmp_path / "missing"))
+    with pytest.raises(loading.UsageError, match="--model"):
+        loading.load_model(str(tmp_path / "missing"))

@@ -190,3 +190,25 @@ def test_correlations_match_scipy_on_arbitrary_ties(items):
     else:
         assert out["spearman"] == pytest.approx(rho, abs=1e-9)
         assert out["kendall"] == pytest.approx(tau, abs=1e-9)
+
+
+def test_spearman_and_roc_auc_equal_the_rank_formulas_on_random_data_with_ties():
+    from scipy.stats import rankdata
+
+    from eval_suite.metrics import roc_auc, spearman
+
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        n = int(rng.integers(5, 300))
+        x = rng.integers(1, 6, n).astype(float) if trial % 2 else rng.normal(size=n).round(1)  # many ties
+        y = x + rng.normal(scale=2.0, size=n).round(1)
+        rx, ry = rankdata(x), rankdata(y)  # average ranks, then Pearson: Spearman's definition with ties
+        by_hand = np.sum((rx - rx.mean()) * (ry - ry.mean())) / np.sqrt(np.sum((rx - rx.mean()) ** 2) * np.sum((ry - ry.mean()) ** 2))
+        assert spearman(x, y) == pytest.approx(by_hand, abs=1e-12)
+        labels = x >= 3 if trial % 2 else x > 0
+        pos, neg = y[labels], y[~labels]
+        # Mann-Whitney: share of (positive, negative) pairs ordered right, ties one half
+        pairs = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+        assert roc_auc(labels, y) == pytest.approx(pairs / (len(pos) * len(neg)), abs=1e-12)
+        assert roc_auc(labels, y) == pytest.approx(roc_auc_score(labels, y), abs=1e-12)
+    assert roc_auc(np.ones(4, bool), np.arange(4.0)) is None and spearman(np.ones(3), np.arange(3.0)) is None

@@ -175,20 +175,22 @@ def test_train_out_of_domain_writes_tables_and_predictions(tmp_path, smollm2_tok
 
     import torch
 
-    import train
+    import training.config
+    import training.model
     from configuration_orca import OrcaConfig
+    from eval_suite import final_eval
     from modeling_orca import OrcaForCorrectnessDistribution
 
     data = write_public_fixture(tmp_path / "data", n=30)
     torch.manual_seed(0)
-    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=train.tiny_backbone_config(
+    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=training.model.tiny_backbone_config(
         "llama", len(smollm2_tokenizer)))).eval()
     test = load_config("s3_evouna_nq", data_dir=data)["test"].to_list()
-    cfg = train.load_run_config(None, ["--model.backbone", "tiny-llama", "--data.data_dir", str(data)])
-    assert train.out_of_domain(model, smollm2_tokenizer, cfg, test, [], tmp_path) is None  # test.ood off
+    cfg = training.config.load_run_config(None, ["--model.backbone", "tiny-llama", "--data.data_dir", str(data)])
+    assert final_eval.out_of_domain(model, smollm2_tokenizer, cfg, test, [], tmp_path) is None  # test.ood off
     cfg["test"].update(ood=True, ood_bootstrap=10)
     preds = model.predict(test, smollm2_tokenizer)
-    ood = train.out_of_domain(model, smollm2_tokenizer, cfg, test, preds, tmp_path)
+    ood = final_eval.out_of_domain(model, smollm2_tokenizer, cfg, test, preds, tmp_path)
     sets = ood_sets(data_dir=data)
     assert list(ood["sets"]) == ["in_domain_test", *sets] and "predictions" not in ood
     lines = [json.loads(x) for x in (tmp_path / "ood_predictions.jsonl").read_text().splitlines()]

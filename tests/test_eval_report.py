@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import train
+import training.config
 from eval_suite import report
 
 ANIMALS = ["dog", "cat", "cow", "owl", "frog", "horse", "sheep", "goat"]
@@ -43,7 +44,7 @@ def runs(tmp_path_factory):
     for fold in (0, 1):
         files = {split: write_split(tmp / f"{split}-f{fold}.jsonl", n, 10 * fold + k)
                  for k, (split, n) in enumerate([("train", 32), ("validation", 12), ("test", 18)])}
-        cfg = train.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp / f"multi-f{fold}"),
+        cfg = training.config.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp / f"multi-f{fold}"),
                                            "--data.fold", str(fold)])
         cfg["lora"].update(r=4, alpha=4)
         cfg["training"].update(eval_every=5, per_device_batch_size=16, log_every=1)
@@ -57,7 +58,7 @@ def runs(tmp_path_factory):
                          "s2-s3": {"skip_stages": []}}.items():
         shutil.copytree(paths["f0"], tmp / name)
         cfg = yaml.safe_load((tmp / name / "run_config.yaml").read_text())
-        (tmp / name / "run_config.yaml").write_text(yaml.safe_dump(train.deep_update(cfg, change)))
+        (tmp / name / "run_config.yaml").write_text(yaml.safe_dump(training.config.merge(cfg, change)))
         paths[name] = tmp / name
     paths["test_file"] = tmp / "test-f0.jsonl"
     return paths

@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from eval_suite import leaderboard as lb
@@ -299,7 +300,7 @@ def tiny_model_dir(tmp_path_factory):
     from configuration_orca import OrcaConfig
     from eval_suite.backbones import minilm_path
     from modeling_orca import OrcaForCorrectnessDistribution
-    from train import tiny_backbone_config
+    from training.model import tiny_backbone_config
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
@@ -368,3 +369,34 @@ def test_export_real_lalm_outputs_as_valid_submissions(tmp_path, shared_data):
         sub = read_submission(out, ids, benchmark="mmau-test-mini")
         assert sub.model_name == name and len(sub.answers) == len(ids) == 1000
         assert all(isinstance(a, str) for a in sub.answers.values())
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def test_bootstrap_interval_matches_a_hand_written_percentile_bootstrap_within_monte_carlo_error():
+    from eval_suite.leaderboard.stats import CONFIDENCE, bootstrap_ci, paired_bootstrap
+
+    values = np.random.default_rng(4).uniform(1, 5, 60)
+    resamples, alpha = 20_000, (1 - CONFIDENCE) / 2
+    idx = np.random.default_rng(99).integers(0, len(values), size=(resamples, len(values)))
+    by_hand = np.quantile(values[idx].mean(axis=1), [alpha, 1 - alpha])
+    # each end is a quantile of 20,000 resampled means: Monte-Carlo sd about 0.003 here, so 0.015 is about 5 sd
+    np.testing.assert_allclose(bootstrap_ci(values, resamples, seed=0), by_hand, atol=0.015)
+    d = values - np.random.default_rng(5).uniform(1, 5, 60)
+    by_hand_d = np.quantile(d[idx].mean(axis=1), [alpha, 1 - alpha])
+    np.testing.assert_allclose(paired_bootstrap(d, np.zeros_like(d), resamples, seed=0)["ci"], by_hand_d, atol=0.03)
+
+
+def test_paired_p_value_equals_the_exact_sign_flip_test_on_few_questions():
+    import itertools
+
+    from eval_suite.leaderboard.stats import paired_bootstrap
+
+    a = np.array([4.6, 1.4, 4.6, 4.6, 3.0, 4.6, 1.4, 4.6, 4.2, 2.2])
+    b = np.array([1.4, 1.4, 4.6, 1.4, 2.0, 4.6, 1.4, 1.4, 4.0, 2.6])
+    d = a - b
+    flipped = [abs(np.mean(d * np.array(signs))) for signs in itertools.product((1, -1), repeat=len(d))]
+    exact = np.mean(np.array(flipped) >= abs(d.mean()) - 1e-12)  # 2^10 sign patterns, the observed one included
+    assert paired_bootstrap(a, b, resamples=5000, seed=0)["p_value"] == pytest.approx(exact, abs=1e-12)
+    assert paired_bootstrap(a, a, resamples=5000, seed=0)["p_value"] == pytest.approx(1.0)

@@ -5,8 +5,10 @@ the Space folder of `push_to_hub.py leaderboard`, and the real page in headless 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import test_leaderboard
@@ -132,24 +135,43 @@ def test_two_submissions_at_once_are_queued_not_interleaved(tmp_path, questions)
 
 
 class FakeHub:
-    """The HfApi calls the store makes, against a folder standing for the dataset repository."""
+    """The HfApi calls the store makes, against a folder standing for the dataset repository. A commit whose
+    `parent_commit` is not the head is refused as the Hub refuses it (HfHubHTTPError, 412), no network."""
 
     def __init__(self, remote: Path, fail: bool = False):
-        self.remote, self.fail, self.commits = remote, fail, []
+        self.remote, self.fail, self.commits, self.refused = remote, fail, [], 0
+        self.head = "0" * 40
         remote.mkdir(parents=True, exist_ok=True)
 
     def create_repo(self, repo_id, repo_type, private, exist_ok):
         assert repo_type == "dataset" and exist_ok
 
-    def snapshot_download(self, repo_id, repo_type, local_dir):
+    def repo_info(self, repo_id, repo_type):
+        return SimpleNamespace(sha=self.head)
+
+    def snapshot_download(self, repo_id, repo_type, local_dir, revision):
+        assert revision == self.head  # this fake keeps no history
         shutil.copytree(self.remote, local_dir, dirs_exist_ok=True)
 
-    def upload_folder(self, repo_id, repo_type, folder_path, commit_message):
+    def conflict(self):
+        import httpx2
+        from huggingface_hub.utils import hf_raise_for_status
+
+        self.refused += 1
+        url = "https://huggingface.co/api/datasets/org/results/commit/main"
+        hf_raise_for_status(httpx2.Response(412, request=httpx2.Request("POST", url),
+                                            json={"error": "A commit has happened since. Please refresh and try again."}))
+
+    def upload_folder(self, repo_id, repo_type, folder_path, commit_message, parent_commit=None):
         if self.fail:
             raise ConnectionError("network unreachable")
+        if parent_commit != self.head:
+            self.conflict()
         files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
         self.commits.append((commit_message, files))
         shutil.copytree(folder_path, self.remote, dirs_exist_ok=True)
+        self.head = hashlib.sha1(f"{self.head}{commit_message}".encode()).hexdigest()
+        return SimpleNamespace(oid=self.head)
 
 
 def test_hub_results_are_one_commit_per_submission_and_a_failed_upload_keeps_nothing(tmp_path, questions):
@@ -187,12 +209,277 @@ def test_app_refuses_a_results_repo_without_token_and_bad_flags(tmp_path, monkey
     assert "expected BENCHMARK=FILE" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------------------------------------------ faults and abuse
+
+
+def records_dir(folder: Path) -> Path:
+    return folder / "mmau-test-mini" / "submissions"
+
+
+def test_an_unreadable_record_is_listed_not_ranked_and_the_rest_is_served(tmp_path, questions):
+    from eval_suite.leaderboard.app import ranking_html
+
+    lb = make_lb(tmp_path / "results", questions)
+    for name, correct in (("Alpha", set(range(N))), ("Beta", {1, 2}), ("Gamma", {3})):
+        lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / f"{name}.jsonl", answers_with(correct)))
+    beta = next(records_dir(tmp_path / "results").glob("Beta-*.json"))
+    gamma = next(records_dir(tmp_path / "results").glob("Gamma-*.json"))
+    beta.write_bytes(beta.read_bytes()[: beta.stat().st_size // 2])  # torn (a crash between write and rename)
+    gamma.write_text("[1, 2]")  # a hand edit
+    torn, edited = beta.read_bytes(), gamma.read_bytes()
+
+    again = make_lb(tmp_path / "results", questions)  # starts: no JSONDecodeError
+    assert [e["model_name"] for e in again.results["mmau-test-mini"]["entries"]] == ["Alpha"]
+    reasons = again.excluded["mmau-test-mini"]
+    assert any(r.startswith(f"submissions/{beta.name}: not a UTF-8 JSON file") for r in reasons)
+    assert any(r.startswith(f"submissions/{gamma.name}: expected a JSON object, got list") for r in reasons)
+    page = ranking_html(again, "mmau-test-mini")
+    assert 'id="not-ranked"' in page and beta.name in page and gamma.name in page
+
+    # later submissions still work; the unreadable files are kept as they are, never overwritten
+    result = again.submit("mmau-test-mini", "Delta", "", write_sub(tmp_path / "d.jsonl", answers_with({4, 5})))
+    assert [e["model_name"] for e in result["entries"]] == ["Alpha", "Delta"]
+    with pytest.raises(StoreError, match=f"{beta.name} for this name cannot be read"):
+        again.submit("mmau-test-mini", "Beta", "", write_sub(tmp_path / "b2.jsonl", answers_with({1})), replace=True)
+    assert beta.read_bytes() == torn and gamma.read_bytes() == edited
+
+
+def test_store_files_are_fsynced_before_the_rename_and_the_folder_after(tmp_path, questions, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}")).name))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("rename", Path(src).name, Path(dst).name))
+        real_replace(src, dst)
+
+    lb = make_lb(tmp_path / "results", questions)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    lb.submit("mmau-test-mini", "Alpha", "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    monkeypatch.undo()
+    stored = stored_files(tmp_path / "results")
+    renames = [(i, e) for i, e in enumerate(events) if e[0] == "rename" and e[2] in {Path(f).name for f in stored}]
+    assert len(renames) == 3  # the submitted file, leaderboard.json, the record (last)
+    assert renames[-1][1][2].endswith(".json") and renames[-1][1][2].startswith("Alpha-")
+    for i, (_, tmp, target) in renames:
+        assert events[i - 1] == ("fsync", tmp), f"{target}: renamed without fsync"
+        folder = (tmp_path / "results" / next(f for f in stored if f.endswith(target))).parent.name
+        assert events[i + 1] == ("fsync", folder), f"{target}: folder not fsynced after the rename"
+
+
+def test_a_file_of_junk_stops_after_50_problems_fast_and_bounded(tmp_path, questions):
+    import tracemalloc
+
+    from eval_suite.leaderboard.app import errors_html
+    from eval_suite.leaderboard.data import MAX_PROBLEMS, read_submission
+
+    junk = tmp_path / "junk.jsonl"
+    lines = 8 * 2**20  # 16 MiB of 2-byte lines: the upload limit, filled with the most problems it can hold
+    junk.write_bytes(b"x\n" * lines)
+    assert junk.stat().st_size == MAX_SUBMISSION_BYTES
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(SubmissionError) as err:
+        read_submission(junk, questions["mmau-test-mini"], model_name="Junk", where="")
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    errors = err.value.errors
+    assert len(errors) == MAX_PROBLEMS + 1 and errors[0] == "line 1: malformed JSON: Expecting value at column 1"
+    assert errors[-1] == f"file: stopped after {MAX_PROBLEMS} problems; {lines - MAX_PROBLEMS} more line(s) not read"
+    assert seconds < 2.0, f"{seconds:.1f} s"
+    assert peak < 3 * MAX_SUBMISSION_BYTES, f"{peak / 2**20:.0f} MiB"  # the file once, not a list of its lines
+    # every form that shows problems keeps the note that reading stopped
+    assert str(err.value).splitlines()[-1] == errors[-1]
+    assert f"<li>{errors[-1]}</li></ul>" in errors_html(errors, limit=10)
+
+
+@pytest.mark.parametrize("variant", ["model a", "Model  A", "MODEL A", " Model\u00a0A ", "\uff2dodel A"])
+def test_names_that_differ_in_case_spacing_or_width_are_one_entry(tmp_path, questions, variant):
+    lb = make_lb(tmp_path / "results", questions)
+    lb.submit("mmau-test-mini", "Model A", "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    again = write_sub(tmp_path / "b.jsonl", answers_with(set(range(N))))
+    with pytest.raises(SubmissionError, match="a submission named 'Model A' exists"):
+        lb.submit("mmau-test-mini", variant, "", again)
+    result = lb.submit("mmau-test-mini", variant, "", again, replace=True)
+    assert [e["model_name"] for e in result["entries"]] == [variant.strip()]
+    assert len(list(records_dir(tmp_path / "results").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("name, shown", [("Model\u200bA", "U+200B"), ("Model\nA", "U+000A"),
+                                         ("Model \u202eA", "U+202E"), ("\u2066Model A\u2069", "U+2066, U+2069")])
+def test_names_with_control_or_format_characters_are_refused(tmp_path, questions, name, shown):
+    fake = FakeOrca()
+    lb = make_lb(tmp_path / "results", questions, fake)
+    with pytest.raises(SubmissionError, match=re.escape(f"model name contains control or format characters ({shown})")):
+        lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    assert fake.records == [] and stored_files(tmp_path / "results") == []
+
+
+def test_records_stored_before_names_were_compared_rank_once(tmp_path, questions):
+    """Two records of one entry under the old file names: both kept, the newest ranked, the other listed."""
+    lb = make_lb(tmp_path / "results", questions)
+    lb.submit("mmau-test-mini", "Model A", "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    folder = records_dir(tmp_path / "results")
+    (first,) = folder.glob("*.json")
+    record = json.loads(first.read_text())
+    first.rename(folder / "Model-A-0000000000.json")
+    record.update(model_name="model a", submitted_at="2999-01-01T00:00:00+00:00")
+    (folder / "model-a-1111111111.json").write_text(json.dumps(record))
+    again = make_lb(tmp_path / "results", questions)
+    assert [e["model_name"] for e in again.results["mmau-test-mini"]["entries"]] == ["model a"]
+    assert any("Model A: an older record of the entry 'model a'" in x for x in again.excluded["mmau-test-mini"])
+    again.submit("mmau-test-mini", "MODEL A", "", write_sub(tmp_path / "b.jsonl", answers_with({2})), replace=True)
+    assert sorted(p.name for p in folder.glob("*.json")) == ["Model-A-0000000000.json", "model-a-1111111111.json"]
+    assert json.loads((folder / "model-a-1111111111.json").read_text())["model_name"] == "MODEL A"
+
+
+def user(name: str):
+    return SimpleNamespace(username=name, name=name.title())  # what gr.OAuthProfile offers
+
+
+def test_sign_in_owner_admin_and_daily_limit_decisions():
+    from eval_suite.leaderboard.access import Access
+
+    access = Access.from_settings(True, ["Root"], daily_limit=2)
+    with pytest.raises(SubmissionError, match="sign in with your Hugging Face account"):
+        access.user(None)
+    assert access.user(user("alice")) == "alice"
+    old = {"model_name": "A", "submitted_at": "2026-01-01T00:00:00+00:00", "owner": "alice"}
+    access.check_replace(None, "bob", replace=False)
+    with pytest.raises(SubmissionError, match="tick \"replace\""):
+        access.check_replace(old, "alice", replace=False)
+    access.check_replace(old, "Alice", replace=True)
+    with pytest.raises(SubmissionError, match="'A' belongs to alice; only alice or an admin can replace it"):
+        access.check_replace(old, "bob", replace=True)
+    access.check_replace(old, "root", replace=True)  # admins, case-insensitively
+    with pytest.raises(SubmissionError, match="stored without an owner"):
+        access.check_replace({**old, "owner": None}, "alice", replace=True)
+    access.check_daily_limit("alice", {"submissions": [{}]})
+    with pytest.raises(SubmissionError, match="alice has submitted 2 times today \\(UTC\\); the limit is 2 a day"):
+        access.check_daily_limit("alice", {"submissions": [{}, {}]})
+    access.check_daily_limit("root", {"submissions": [{}] * 9})
+
+    local = Access(login=False)  # a local run: today's behaviour
+    assert local.user(None) is None and local.user(user("alice")) is None
+    local.check_replace({**old, "owner": "alice"}, None, replace=True)
+    local.check_daily_limit(None, {"submissions": [{}] * 99})
+    assert "Sign-in is off" in local.note() and "2 submissions per user per day" in access.note()
+
+
+def test_signed_in_submissions_keep_their_owner_and_count_per_day(tmp_path, questions):
+    from eval_suite.leaderboard.access import Access
+
+    fake = FakeOrca()
+    lb = make_lb(tmp_path / "results", questions, fake)
+    lb.access = Access.from_settings(True, ["root"], daily_limit=2)
+    sub = write_sub(tmp_path / "a.jsonl", answers_with({1}))
+    with pytest.raises(SubmissionError, match="sign in"):
+        lb.submit("mmau-test-mini", "A", "", sub)
+    lb.submit("mmau-test-mini", "A", "", sub, profile=user("alice"))
+    (path,) = records_dir(tmp_path / "results").glob("A-*.json")
+    assert json.loads(path.read_text())["owner"] == "alice"
+    n_scored = len(fake.records)
+    with pytest.raises(SubmissionError, match="belongs to alice"):
+        lb.submit("mmau-test-mini", "a", "", sub, replace=True, profile=user("bob"))
+    assert len(fake.records) == n_scored  # refused before scoring
+    lb.submit("mmau-test-mini", "A", "", sub, replace=True, profile=user("alice"))
+    with pytest.raises(SubmissionError, match="alice has submitted 2 times today"):
+        lb.submit("mmau-test-mini", "B", "", sub, profile=user("alice"))
+    lb.submit("mmau-test-mini", "A", "", sub, replace=True, profile=user("root"))
+    assert json.loads(path.read_text())["owner"] == "root"
+    (log,) = (tmp_path / "results" / "submission_log").rglob("alice-*.json")
+    assert [x["model_name"] for x in json.loads(log.read_text())["submissions"]] == ["A", "A"]
+    assert len(list(records_dir(tmp_path / "results").glob("*.json"))) == 1
+
+
+def test_the_page_signs_in_with_the_hub_only_in_a_space(tmp_path, questions, monkeypatch):
+    import gradio.oauth
+
+    from eval_suite.leaderboard.access import Access, login_wanted
+    from eval_suite.leaderboard.app import build_demo
+
+    lb = make_lb(tmp_path / "results", questions)
+    local = build_demo(lb)
+    assert not local.expects_oauth and "Sign-in is off" in json.dumps(local.config)
+    assert not login_wanted("auto") and login_wanted("on") and not login_wanted("off")
+    # what the Hub sets in a Space with `hf_oauth: true` (no request leaves this machine: the routes are lazy)
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACE_ID", "org/board")
+    for name, value in (("OAUTH_CLIENT_ID", "id"), ("OAUTH_CLIENT_SECRET", "secret"), ("OAUTH_SCOPES", "openid profile"),
+                        ("OPENID_PROVIDER_URL", "https://huggingface.co")):
+        monkeypatch.setattr(gradio.oauth, name, value)
+    assert login_wanted("auto")
+    lb.access = Access(login=True)
+    space = build_demo(lb)
+    assert space.expects_oauth and "/login/huggingface" in {getattr(r, "path", "") for r in space.app.routes}
+
+
+def test_two_replicas_never_overwrite_each_other(tmp_path, questions):
+    """Each replica commits on top of the commit it last read; a commit refused because the other replica
+    committed first (412) is decided again on the new state: nothing is lost, a name is never taken twice."""
+    hub = FakeHub(tmp_path / "remote")
+    a = make_lb(tmp_path / "a", questions, store=ResultStore(tmp_path / "a", "org/results", api=hub))
+    b = make_lb(tmp_path / "b", questions, store=ResultStore(tmp_path / "b", "org/results", api=hub))
+    a.submit("mmau-test-mini", "From A", "", write_sub(tmp_path / "a.jsonl", answers_with({1, 2})))
+    result = b.submit("mmau-test-mini", "From B", "", write_sub(tmp_path / "b.jsonl", answers_with({1})))
+    assert hub.refused == 1 and [e["model_name"] for e in result["entries"]] == ["From A", "From B"]
+    remote = json.loads((tmp_path / "remote/mmau-test-mini/leaderboard.json").read_text())
+    assert [e["model_name"] for e in remote["entries"]] == ["From A", "From B"]
+
+    a.submit("mmau-test-mini", "Same", "", write_sub(tmp_path / "s1.jsonl", answers_with({3})))
+    with pytest.raises(SubmissionError, match="a submission named 'Same' exists"):  # seen after the re-sync
+        b.submit("mmau-test-mini", "same", "", write_sub(tmp_path / "s2.jsonl", answers_with({4})))
+    (same,) = (tmp_path / "remote/mmau-test-mini/submissions").glob("Same-*.json")
+    assert json.loads(same.read_text())["answers"] == answers_with({3})
+    assert len(list((tmp_path / "remote/mmau-test-mini/submissions").glob("*.json"))) == 3
+
+    # a repository that keeps moving: a bounded number of tries, then nothing stored
+    before, refused = stored_files(tmp_path / "b"), hub.refused
+    hub.upload_folder = lambda *a, **k: hub.conflict()
+    with pytest.raises(StoreError, match="changed 3 times"):
+        b.submit("mmau-test-mini", "Late", "", write_sub(tmp_path / "l.jsonl", answers_with({5})))
+    assert hub.refused == refused + 3 and stored_files(tmp_path / "b") == before
+
+
+def test_plots_show_the_top_entries_of_a_board_of_1500(tmp_path, questions):
+    from PIL import Image
+
+    from eval_suite.leaderboard import build_leaderboard
+    from eval_suite.leaderboard.app import ranking_html
+    from eval_suite.leaderboard.render import MAX_PLOTTED, write_plots
+
+    lb = make_lb(tmp_path / "results", questions)
+    for name, correct in (("Alpha", set(range(N))), ("Beta", set(range(0, N, 2)))):
+        lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / f"{name}.jsonl", answers_with(correct)))
+    subs, scored, _ = lb._stored("mmau-test-mini")
+    real = build_leaderboard(lb.questions["mmau-test-mini"], subs, scored, resamples=20)["entries"]
+    # 1,500 entries as the ranking makes them (these two, repeated under new names and ranks)
+    entries = [{**real[i % 2], "model_name": f"LM {i:04d}", "rank": i + 1} for i in range(1500)]
+    (tmp_path / "plots").mkdir()
+    written = write_plots(tmp_path / "plots", entries, threshold=1.0)  # before: "Image size ... is too large"
+    assert written == ["ranking.png", "breakdown.png", "uncertainty.png"]
+    for name in written:
+        with Image.open(tmp_path / "plots" / name) as image:
+            assert image.height < 100 * (2 + 0.5 * MAX_PLOTTED), (name, image.size)
+
+    result = {**lb.results["mmau-test-mini"], "entries": [{k: v for k, v in e.items() if not k.startswith("_")}
+                                                          for e in entries]}
+    page = ranking_html(SimpleNamespace(results={"b": result}, plots={"b": [("ranking.png", b"")]}, excluded={},
+                                        store=lb.store), "b")
+    assert f"The plots show the top {MAX_PLOTTED} of 1500 entries; every entry is in the" in page
+
+
 # ------------------------------------------------------------------------------------------------ the Space folder
 
 
 def test_push_leaderboard_dry_run_writes_a_space_folder(tmp_path, monkeypatch):
     import push_to_hub
-    from eval_suite.cli import package_version
+    from eval_suite.loading import package_version
 
     out = tmp_path / "space"
     qfile = tmp_path / "mmau.json"

@@ -18,7 +18,7 @@ import torch
 
 from configuration_orca import OrcaConfig
 from modeling_orca import OrcaForCorrectnessDistribution, betainc, distribution_statistics
-from train import tiny_backbone_config
+from training.model import tiny_backbone_config
 
 REPO = Path(__file__).resolve().parents[1]
 

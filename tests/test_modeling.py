@@ -14,11 +14,11 @@ from modeling_orca import (
     RATING_PAD,
     OrcaForCorrectnessDistribution,
     distribution_statistics,
-    format_input,
     pad_ratings,
     ratings_nll,
 )
-from train import tiny_backbone_config
+from processing_orca import encode_fields, format_input, input_fields
+from training.model import tiny_backbone_config
 
 HEADS = ("beta", "multinomial", "bernoulli")
 
@@ -208,7 +208,6 @@ def test_long_alias_lists_are_bounded_and_missing_fields_named():
 
 
 def test_truncation_cuts_rationale_before_candidate(smollm2_tokenizer):
-    from modeling_orca import encode_fields, input_fields
 
     config = config_for("multinomial", max_length=48)
     record = dict(RECORD, rationale="violin " * 200, candidate="The melody is played by a violin, clearly.")
@@ -343,7 +342,6 @@ def release_string(record):
 
 
 def test_strip_fields_off_keeps_every_character_as_the_reference_release(smollm2_tokenizer):
-    from modeling_orca import encode_fields, input_fields
 
     exact = config_for("multinomial", strip_fields=False, **RELEASE)
     for record in EDGE_RECORDS:
@@ -360,7 +358,6 @@ def test_strip_fields_off_keeps_every_character_as_the_reference_release(smollm2
 
 
 def test_empty_fields_special_tokens_and_truncation_follow_the_config(smollm2_tokenizer, bert_tokenizer):
-    from modeling_orca import encode_fields, input_fields
 
     record = dict(EDGE_RECORDS[1], rationale="")
     keep = config_for("multinomial", skip_empty_fields=False)

@@ -14,7 +14,7 @@ import torch
 
 from configuration_orca import OrcaConfig
 from modeling_orca import PIPELINE_TASK, OrcaForCorrectnessDistribution
-from train import tiny_backbone_config
+from training.model import tiny_backbone_config
 
 RECORDS = [
     dict(id="a", question="Which instrument plays?", reference=["violin", "fiddle"], rationale="A solo violin.", candidate="a violin", ratings=[5, 4]),
@@ -38,7 +38,12 @@ def test_pipeline_in_a_fresh_process_returns_predicts_numbers(score_type, tmp_pa
     model.save_pretrained(folder)
     smollm2_tokenizer.save_pretrained(folder)
     saved = json.loads((folder / "config.json").read_text())
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    assert PIPELINE_TASK not in PIPELINE_REGISTRY.get_supported_tasks()  # saving registered nothing process-wide
     assert saved["custom_pipelines"][PIPELINE_TASK]["impl"] == "modeling_orca.OrcaScoringPipeline"
+    # the entry transformers' Pipeline.save_pretrained writes for a registered pipeline (not one written by hand)
+    assert saved["custom_pipelines"] == {PIPELINE_TASK: {"impl": "modeling_orca.OrcaScoringPipeline", "pt": ["AutoModel"], "type": "text"}}
     want = model.eval().predict(RECORDS, smollm2_tokenizer)
 
     script = textwrap.dedent(f"""

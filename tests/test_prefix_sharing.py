@@ -8,15 +8,9 @@ import torch
 
 from configuration_orca import OrcaConfig
 from dataset_builder.configs import default_data_dir
-from modeling_orca import (
-    OrcaForCorrectnessDistribution,
-    encode_fields,
-    encode_segments,
-    input_fields,
-    render_fields,
-    split_fields,
-)
-from train import tiny_backbone_config
+from modeling_orca import OrcaForCorrectnessDistribution
+from processing_orca import encode_fields, encode_segments, input_fields, render_fields, split_fields
+from training.model import tiny_backbone_config
 
 QUESTIONS = [
     ("Which instrument plays the melody?", ["violin", "fiddle"], "A solo violin plays over soft piano chords."),

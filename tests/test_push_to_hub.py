@@ -17,6 +17,8 @@ from huggingface_hub.errors import HfHubHTTPError
 
 import push_to_hub
 import train
+import training.config
+from eval_suite import reference_checkpoint
 from tests.test_train import write_split
 
 # ------------------------------------------------------------------------------------------------ fixtures
@@ -28,7 +30,7 @@ def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run")
     files = {"train": write_split(tmp / "train.jsonl", 32, 0), "validation": write_split(tmp / "dev.jsonl", 8, 1),
              "test": write_split(tmp / "test.jsonl", 8, 2)}
-    cfg = train.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp / "run")])
+    cfg = training.config.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp / "run")])
     cfg["lora"].update(r=4, alpha=4)
     cfg["training"].update(eval_every=2, log_every=1)
     cfg["stages"] = {"s3": {"files": files, "max_steps": 2, "lr": 1e-3}}
@@ -79,10 +81,12 @@ def test_model_dry_run_builds_a_sharded_repo_that_loads_in_a_fresh_process(run_d
     assert config["backbone_config"]["architectures"] == ["LlamaModel"]
     for path in out.glob("*.json"):  # nothing of this machine: no folder it was loaded from, no offline flags
         text = path.read_text()
-        assert str(run_dir) not in text and all(f'"{k}"' not in text for k in push_to_hub.LOCAL_KEYS), path.name
+        assert str(run_dir) not in text and all(f'"{k}"' not in text for k in reference_checkpoint.LOCAL_KEYS), path.name
 
     card = ModelCard.load(out / "README.md")
-    assert (card.data.license, card.data.pipeline_tag, card.data.library_name) == ("apache-2.0", "text-classification", "transformers")
+    # no Hub pipeline tag: pipeline("text-classification") cannot read ORCA records; the card shows the model's own
+    assert (card.data.license, card.data.pipeline_tag, card.data.library_name) == ("apache-2.0", None, "transformers")
+    assert 'pipeline("orca-scoring", model=repo, revision=revision, trust_remote_code=True)' in card.text
     assert f'pip install "transformers{push_to_hub.min_transformers_version()}"' in card.text
     assert card.data.eval_results[0].dataset_type == "org/orca-ratings"
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -31,7 +31,7 @@ import pytest
 from dataset_builder.filters import MAX_CHARS, REASON_LONG, REASON_UNRATED
 from dataset_builder.readers import iter_records, read_records
 from dataset_builder.schema import RecordError
-from eval_suite import cli
+from eval_suite import cli, scoring, sharding
 from eval_suite import leaderboard as lb
 from eval_suite.leaderboard.data import SubmissionError, read_submission
 
@@ -272,7 +272,7 @@ def train_files(tmp_path: Path, train: Path | None = None) -> dict:
 
 @pytest.mark.parametrize("name", ERRORS)
 def test_train_loading_stops_on_a_bad_line_naming_file_line_and_field(tmp_path, name):
-    from train import load_stage_data
+    from training.data import load_stage_data
 
     path = write_case(tmp_path, name)
     with pytest.raises(RecordError) as info:
@@ -282,7 +282,7 @@ def test_train_loading_stops_on_a_bad_line_naming_file_line_and_field(tmp_path, 
 
 @pytest.mark.parametrize("name", ACCEPTED)
 def test_train_loading_keeps_or_drops_and_counts(tmp_path, name, caplog):
-    from train import load_stage_data
+    from training.data import load_stage_data
 
     path = write_case(tmp_path, name)
     with caplog.at_level(logging.WARNING, logger="orca.train"):
@@ -294,7 +294,7 @@ def test_train_loading_keeps_or_drops_and_counts(tmp_path, name, caplog):
 
 
 def test_train_loading_drops_over_long_texts_from_every_split(tmp_path):
-    from train import load_stage_data
+    from training.data import load_stage_data
 
     long_dev = tmp_path / "dev.jsonl"
     long_dev.write_bytes(dumps(record("d-1")) + b"\n" + dumps(record("d-2", question=LONG)) + b"\n")
@@ -305,7 +305,7 @@ def test_train_loading_drops_over_long_texts_from_every_split(tmp_path):
 
 def test_train_unrated_dev_records_do_not_crash_evaluation(tmp_path):
     from eval_suite.metrics import compute_metrics
-    from train import load_stage_data
+    from training.data import load_stage_data
 
     dev = tmp_path / "dev.jsonl"
     dev.write_bytes(dumps(record("d-1")) + b"\n" + dumps(record("d-2", ratings=[])) + b"\n" + dumps(record("d-3", ratings=[2])) + b"\n")
@@ -313,12 +313,12 @@ def test_train_unrated_dev_records_do_not_crash_evaluation(tmp_path):
     stage["files"]["validation"] = str(dev)
     records = load_stage_data(stage, {})["validation"]
     assert [r["id"] for r in records] == ["d-1", "d-3"]  # the unrated one is filtered (and logged), not scored
-    # what train.evaluate_records does with the dev split
+    # what eval_suite.final_eval.evaluate_records does with the dev split
     compute_metrics([3.0] * len(records), human_ratings=[r["ratings"] for r in records])
 
 
 def test_train_loading_of_an_empty_file_is_an_error(tmp_path):
-    from train import load_stage_data
+    from training.data import load_stage_data
 
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
@@ -338,7 +338,7 @@ def model_dir(tmp_path_factory):
     from configuration_orca import OrcaConfig
     from eval_suite.backbones import smollm2_path
     from modeling_orca import OrcaForCorrectnessDistribution
-    from train import tiny_backbone_config
+    from training.model import tiny_backbone_config
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     if tokenizer.pad_token is None:
@@ -412,7 +412,7 @@ def test_score_skip_keeps_every_line_in_input_order(scored_all):
             obj = None
         bad = any(scored_all["where"][n] == lineno for n in ERRORS)
         keys.append(("line", lineno) if bad else ("id", obj["id"]))
-    assert [cli.output_key(o) for o in scored_all["output"]] == keys
+    assert [sharding.output_key(o) for o in scored_all["output"]] == keys
     counts = scored_all["summary"]["counts"]
     assert counts["errors"] == len(ERRORS) and counts["blank_lines"] == 1
     assert counts["records"] == len(keys) == counts["scored"] + counts["errors"]
@@ -424,7 +424,7 @@ def test_score_skip_writes_the_bad_line_in_place_with_orca_error(scored_all, nam
     lineno = scored_all["where"][name]
     (line,) = [o for o in scored_all["output"] if o.get("orca_line") == lineno]
     assert error_text(name, scored_all["input"], lineno) in line["orca_error"]
-    assert all(line[f] is None for f in cli.SCORE_FIELDS)
+    assert all(line[f] is None for f in scoring.SCORE_FIELDS)
     raw = scored_all["lines"][lineno - 1]
     if CASES[name].field in ("<line>", "<record>") or name == "lone surrogate":
         # not an object (or one that cannot be written as UTF-8): its text is kept instead
@@ -631,13 +631,13 @@ def test_score_input_memory_is_documented(tmp_path):
     """orca-score keeps every input line in memory (the output must hold every line in order): the parsed object
     and the validated record, which share their strings; the line's own text only for lines that failed
     validation. docs/robustness.md states what is checked here: each text held once, ~2 kB per line on top."""
-    per_char, per_record = memory_by_text_length(tmp_path, lambda p: cli.read_entries(p, "raise"))
+    per_char, per_record = memory_by_text_length(tmp_path, lambda p: scoring.read_entries(p, "raise"))
     assert 0.95 < per_char < 1.2, per_char  # 2.0 while every line's text was kept beside the parsed object
     assert per_record < 2500, per_record
 
 
 def test_train_refuses_an_id_in_two_splits(tmp_path):
-    from train import DataError, load_stage_data
+    from training.data import DataError, load_stage_data
 
     same = tmp_path / "same.jsonl"
     same.write_bytes(dumps(record("same")) + b"\n")

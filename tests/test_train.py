@@ -12,7 +12,12 @@ import yaml
 from safetensors.torch import load_file
 
 import train
-from train import EarlyStopping, epoch_batches, load_run_config, lr_lambda
+import training.config
+import training.stages
+from eval_suite.final_eval import choose_clamping
+from training.batching import epoch_batches
+from training.config import load_run_config
+from training.schedule import EarlyStopping, lr_lambda
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,6 +30,29 @@ def test_lr_schedule_warmup_then_linear_decay_to_floor():
     assert lr_lambda(600, **kw) == pytest.approx(0.55)  # halfway down from 1.0 to 0.1
     assert lr_lambda(1100, **kw) == pytest.approx(0.1)
     assert lr_lambda(5000, **kw) == pytest.approx(0.1)  # never below the floor
+
+
+@pytest.mark.parametrize("warmup, max_steps, floor", [(100, 1100, 0.1), (0, 10, 0.1), (7, 13, 0.0), (10, 10, 0.25), (3, 2, 0.1)])
+def test_the_transformers_schedule_equals_the_written_out_one_step_by_step(warmup, max_steps, floor):
+    from transformers import get_wsd_schedule
+
+    from training.schedule import make_optimizer
+
+    model = torch.nn.ModuleDict({"body": torch.nn.Linear(2, 2), "score_head": torch.nn.Linear(2, 1)}).double()
+    stage = {"lr": 5e-5, "max_steps": max_steps, "warmup_steps": warmup}
+    optimizer, scheduler = make_optimizer(model, stage, {"head_lr": 2e-3, "weight_decay": 0.0, "lr_floor_ratio": floor,
+                                                                "warmup_ratio": 0.1})
+    for step in range(max_steps + 5):
+        factor = lr_lambda(step, warmup_steps=warmup, max_steps=max_steps, floor=floor)
+        body, head = (group["lr"] for group in optimizer.param_groups)
+        assert body == pytest.approx(5e-5 * factor, rel=1e-14, abs=1e-20), step
+        assert head == pytest.approx(2e-3 * factor, rel=1e-14, abs=1e-20), step
+        optimizer.step()
+        scheduler.step()
+    if warmup:  # get_wsd_schedule with min_lr_ratio is not this schedule: its warmup starts at the floor, not at 0
+        wsd = get_wsd_schedule(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), warmup, max_steps - warmup, max_steps,
+                               decay_type="linear", min_lr_ratio=floor)
+        assert wsd.get_last_lr()[0] == pytest.approx(floor) and lr_lambda(0, warmup_steps=warmup, max_steps=max_steps, floor=floor) == 0
 
 
 def test_early_stopping_fires_after_patience_evaluations_without_improvement():
@@ -160,17 +188,17 @@ def test_resume_continues_exactly(tmp_path, data_files, monkeypatch):
     train.run(straight)
 
     interrupted = tiny_run_config(tmp_path, data_files, "resumed", checkpoint_every=10)
-    real_save = train.save_checkpoint
+    real_save = training.stages.save_training_checkpoint
 
     def save_then_die(accelerator, path, state):
         real_save(accelerator, path, state)
         if state["step"] == 10:
             raise KeyboardInterrupt("simulated interruption after the step-10 checkpoint")
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(training.stages, "save_training_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train.run(interrupted)
-    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    monkeypatch.setattr(training.stages, "save_training_checkpoint", real_save)
     train.run(interrupted, resume=True)
 
     a = load_file(tmp_path / "straight" / "final" / "model.safetensors")
@@ -181,6 +209,12 @@ def test_resume_continues_exactly(tmp_path, data_files, monkeypatch):
     ma = json.loads((tmp_path / "straight" / "metrics.json").read_text())
     mb = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert ma["test"]["orca"]["spearman"] == pytest.approx(mb["test"]["orca"]["spearman"], abs=1e-6)
+
+
+def paper_family(backbone: str) -> str:
+    """The architecture of a paper backbone's Hub id, for its tiny random stand-in."""
+    return next(family for key, family in (("olmo-2", "olmo2"), ("gemma-3", "gemma3"), ("llama", "llama"))
+                if key in backbone.lower())
 
 
 PAPER_CONFIGS = sorted(p for p in (REPO / "configs" / "paper").glob("*.yaml") if not p.name.startswith("_"))
@@ -199,7 +233,7 @@ def test_paper_config_trains_two_steps_on_a_tiny_stand_in(path, tmp_path, data_f
     assert cfg["lora"]["r"] == 128 and cfg["lora"]["alpha"] == 128
     assert cfg["training"]["effective_batch_size"] == 16 and cfg["training"]["patience"] == 5
     assert [(s["max_steps"], s["lr"]) for s in cfg["stages"].values()] == [(10000, 5e-5), (5000, 2e-5), (2000, 2e-5)]
-    cfg["model"]["backbone"] = "tiny-" + cfg["model"]["family"]
+    cfg["model"]["backbone"] = "tiny-" + paper_family(cfg["model"]["backbone"])
     cfg["lora"]["r"] = cfg["lora"]["alpha"] = 4
     cfg["stages"] = {"s3": {"files": data_files, "max_steps": 2, "lr": 1e-4}}
     cfg["training"]["per_device_batch_size"] = 8
@@ -228,14 +262,14 @@ def test_help_is_fast_imports_nothing_heavy_and_lists_every_key_with_its_default
     started = time.time()
     out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True, check=True)
     assert time.time() - started < 2.0
-    for key, value in train.leaf_keys(train.DEFAULTS).items():
+    for key, value in training.config.leaf_keys(training.config.DEFAULTS).items():
         if key == "model.orca":
-            for field in train.orca_config_fields():
+            for field in training.config.orca_config_fields():
                 assert f"--model.orca.{field} " in out.stdout, field
         elif not key.startswith("stages."):
             line = next(line for line in out.stdout.splitlines() if line.strip().startswith(f"--{key} "))
             assert yaml.safe_load(line.split(" ", 3)[-1]) == value, line
-    for key in train.STAGE_KEYS:
+    for key in training.config.STAGE_KEYS:
         assert f"--stages.NAME.{key}:" in out.stdout
     loaded = subprocess.run([sys.executable, "-c", "import sys, train; print(sorted({'torch', 'transformers'} & set(sys.modules)))"],
                             cwd=REPO, capture_output=True, text=True, check=True)
@@ -245,7 +279,7 @@ def test_help_is_fast_imports_nothing_heavy_and_lists_every_key_with_its_default
 def test_orca_fields_listed_are_the_configs_own():
     from configuration_orca import OrcaConfig
 
-    fields = train.orca_config_fields()
+    fields = training.config.orca_config_fields()
     config = OrcaConfig()
     assert set(fields) == set(OrcaConfig.__annotations__) - {"backbone_config", "score_type", "pooling"}
     for name, default in fields.items():
@@ -319,7 +353,7 @@ def test_clamping_is_tuned_on_dev_and_switched_on_only_where_it_helps(helps):
 
     records, preds = dev_predictions(60, helps)
     config = OrcaConfig(score_type="multinomial")
-    result = train.choose_clamping(config, records, preds)
+    result = choose_clamping(config, records, preds)
     assert result["enabled"] is helps and config.clamp is helps
     # the objective, computed here on its own: rho + tau - MAE on [0, 1]
     from scipy import stats
@@ -347,7 +381,7 @@ def test_bernoulli_has_no_clamping():
     from configuration_orca import OrcaConfig
 
     config = OrcaConfig(score_type="bernoulli", clamp=True)
-    result = train.choose_clamping(config, [{"ratings": [5]}], [{"mean": 4.0, "variance": None}])
+    result = choose_clamping(config, [{"ratings": [5]}], [{"mean": 4.0, "variance": None}])
     assert result["enabled"] is False and config.clamp is False
 
 
@@ -366,6 +400,6 @@ def test_a_tracker_that_is_not_installed_is_refused_not_skipped(tmp_path, data_f
 
 def test_a_misspelt_stage_or_batching_is_refused_before_any_work():
     with pytest.raises(SystemExit, match=r"stage s4: dataset \(or files\), lr not set"):
-        train.load_run_config(str(train.REPO / "configs" / "quickstart.yaml"), ["--stages.s4.max_steps", "10"])
+        load_run_config(str(REPO / "configs" / "quickstart.yaml"), ["--stages.s4.max_steps", "10"])
     with pytest.raises(SystemExit, match="training.batching is 'questin'"):
-        train.load_run_config(str(train.REPO / "configs" / "quickstart.yaml"), ["--training.batching", "questin"])
+        load_run_config(str(REPO / "configs" / "quickstart.yaml"), ["--training.batching", "questin"])

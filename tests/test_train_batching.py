@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from train import epoch_batches
+from training.batching import epoch_batches
 
 
 def grouped_items(sizes: list[int], seed: int = 0) -> tuple[list[int], list[str]]:
@@ -125,23 +125,24 @@ def test_training_with_shared_prefixes_equals_training_without(tmp_path, monkeyp
     import torch
     from safetensors.torch import load_file
 
-    import modeling_orca
+    import packing_orca
     import train
+    import training.config
 
     files = {"train": write_questions(tmp_path / "train.jsonl", 24, 4, 0),
              "validation": write_questions(tmp_path / "dev.jsonl", 4, 4, 1), "test": write_questions(tmp_path / "test.jsonl", 4, 4, 2)}  # fmt: skip
     packed_rows = []
-    pack = modeling_orca.pack_prefix_tree
+    pack = packing_orca.pack_prefix_tree
 
     def counting_pack(token_ids, pad_token_id, **kwargs):
         out = pack(token_ids, pad_token_id, **kwargs)
         packed_rows.append((len(token_ids), out["input_ids"].shape[0]))
         return out
 
-    monkeypatch.setattr(modeling_orca, "pack_prefix_tree", counting_pack)
+    monkeypatch.setattr(packing_orca, "pack_prefix_tree", counting_pack)
     runs = {}
     for share in (False, True):
-        cfg = train.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / f"share{share}")])
+        cfg = training.config.load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / f"share{share}")])
         cfg["lora"].update(r=4, alpha=4, dropout=0.0)  # dropout masks of shared tokens differ (same distribution)
         # micro-batches of 4 accumulated 4 times, questions of 4 answers: a micro-batch is one question's row
         cfg["training"].update(batching="question", prefix_sharing=share, per_device_batch_size=4, eval_every=3, log_every=1,

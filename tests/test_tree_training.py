@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from configuration_orca import OrcaConfig
-from modeling_orca import OrcaForCorrectnessDistribution, pack_prefix_tree, pad_ratings
-from train import tiny_backbone_config
+from modeling_orca import OrcaForCorrectnessDistribution, pad_ratings
+from packing_orca import pack_prefix_tree
+from training.model import tiny_backbone_config
 
 VOCAB = 300
 PAD = 0

@@ -22,14 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from dataset_builder.filters import MAX_CHARS
-from eval_suite.cli import (
-    UsageError,
-    add_model_arguments,
-    load_model,
-    package_version,
-    resolve_revision,
-    set_quiet,
-)
+from eval_suite.cli_args import add_model_arguments, set_quiet
+from eval_suite.loading import UsageError, load_model, package_version, resolve_revision
 
 from .data import (
     BENCHMARKS,

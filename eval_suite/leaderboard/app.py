@@ -6,6 +6,8 @@
 A submission is validated first (every problem shown as `line N: problem`; nothing scored or stored), then judged
 by the model's own `predict`, stored (ResultStore: a local folder, or a Hub dataset repository in one commit) and
 the ranking is rebuilt from the stored scores (nothing is scored twice). One submission is processed at a time.
+On a Space, submitting needs a Hub sign-in (access.py: owners, admins, a daily limit); a local run does not.
+A stored record that cannot be read is listed as not ranked, with the reason, and everything else is served.
 """
 
 from __future__ import annotations
@@ -23,18 +25,24 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from eval_suite.cli import (
-    UsageError,
-    add_model_arguments,
-    load_model,
-    package_version,
-    resolve_revision,
-    set_quiet,
-)
+from eval_suite.cli_args import add_model_arguments, set_quiet
+from eval_suite.files import replace_dir
+from eval_suite.loading import UsageError, load_model, package_version, resolve_revision
 
 from . import add_ranking_arguments, board_meta, build_leaderboard, judge_meta, score_answers
-from .data import BENCHMARKS, Submission, SubmissionError, default_data_dir, load_questions, read_submission
+from .access import DEFAULT_DAILY_LIMIT, Access, admins_from_env, log_path, login_wanted
+from .data import (
+    BENCHMARKS,
+    Submission,
+    SubmissionError,
+    default_data_dir,
+    load_questions,
+    name_key,
+    read_submission,
+    shown_errors,
+)
 from .render import (
+    MAX_PLOTTED,
     TABLE_CSS,
     breakdown_table_html,
     doubtful_table_html,
@@ -42,7 +50,9 @@ from .render import (
     ranking_table_html,
     write_outputs,
 )
-from .store import ResultStore, StoreError, submission_key
+from .store import ResultStore, StoreConflict, StoreError, submission_key, submitted_file_name
+
+SAVE_TRIES = 3  # a commit refused because another replica committed first is decided again on the new state
 
 APP_HINT = ("In the Submit tab, choose the benchmark, give the model's name (and a link), and upload a JSONL file with one "
             "line {\"question_id\": ..., \"answer\": ...} per question; `orca-leaderboard export-submission` converts "
@@ -52,10 +62,14 @@ APP_HINT = ("In the Submit tab, choose the benchmark, give the model's name (and
 class Leaderboard:
     """The state behind the app: the judge, the benchmarks' questions, the store and the current rankings."""
 
-    def __init__(self, model, tokenizer, judge: dict, store: ResultStore, questions: dict, settings: argparse.Namespace):
+    def __init__(self, model, tokenizer, judge: dict, store: ResultStore, questions: dict, settings: argparse.Namespace,
+                 access: Access | None = None):
         self.model, self.tokenizer, self.judge, self.store = model, tokenizer, judge, store
         self.questions = questions  # benchmark -> list[Question]
         self.settings = settings
+        self.access = access or Access(login=False)
+        for leftover in [*store.folder.glob(".board-*"), *store.folder.glob(".staging-*")]:  # a killed run's temp
+            shutil.rmtree(leftover, ignore_errors=True)
         self.lock = threading.Lock()  # one submission at a time, whatever calls submit()
         self.results: dict[str, dict] = {}  # benchmark -> leaderboard.json content
         self.plots: dict[str, list[tuple[str, bytes]]] = {}  # benchmark -> (name, PNG), read once per change
@@ -66,21 +80,31 @@ class Leaderboard:
     # ---------------------------------------------------------------------------------------- ranking
 
     def _stored(self, benchmark: str, without: str | None = None):
-        """Submissions and their scores from the store. Scores of another judge or question set are not mixed in."""
+        """Submissions and their scores from the store. Scores of another judge or question set are not mixed in;
+        of records that are one entry by `name_key` (stored before names were compared so), the newest is ranked."""
         ids = [q.id for q in self.questions[benchmark]]
-        subs, scored, excluded = [], [], []
-        for rec in self.store.records(benchmark):
-            if rec["model_name"] == without:
+        records, unreadable = self.store.load(benchmark)
+        excluded = [f"{line}; kept as it is" for line in unreadable]
+        newest = {name_key(rec["model_name"]): rec for rec in records}  # records are oldest first
+        subs, scored = [], []
+        for rec in records:
+            key = name_key(rec["model_name"])
+            if without is not None and key == name_key(without):
                 continue
-            if (rec["judge"]["id"], rec["judge"]["revision"]) != (self.judge["id"], self.judge["revision"]):
-                excluded.append(f"{rec['model_name']}: scored by another judge ({rec['judge']['id']} "
-                                f"{rec['judge']['revision']}); resubmit to rank it")
+            if newest[key] is not rec:
+                excluded.append(f"{rec['model_name']}: an older record of the entry {newest[key]['model_name']!r} "
+                                "(names are compared ignoring case and spacing)")
+                continue
+            if (rec["judge"].get("id"), rec["judge"].get("revision")) != (self.judge["id"], self.judge["revision"]):
+                excluded.append(f"{rec['model_name']}: scored by another judge ({rec['judge'].get('id')} "
+                                f"{rec['judge'].get('revision')}); resubmit to rank it")
                 continue
             if rec["question_ids"] != ids:
                 excluded.append(f"{rec['model_name']}: scored on another version of the question file")
                 continue
-            path = self.store.folder / benchmark / "submissions" / f"{submission_key(rec['model_name'])}.jsonl"
-            subs.append(Submission(path, rec["model_name"], rec["link"], rec["answers"]))
+            file = rec.get("submission_file") or rec["_file"].removesuffix(".json") + ".jsonl"
+            subs.append(Submission(self.store.folder / benchmark / "submissions" / file, rec["model_name"],
+                                   rec["link"], rec["answers"]))
             scored.append(rec["scores"])
         return subs, scored, excluded
 
@@ -105,11 +129,7 @@ class Leaderboard:
         """Put a built board folder in place of the old one (local files only: derived, rebuilt at start)."""
         target = self.store.folder / benchmark / "board"
         target.parent.mkdir(parents=True, exist_ok=True)
-        old = target.with_name(f".old-board-{os.getpid()}-{threading.get_ident()}")
-        if target.exists():
-            os.replace(target, old)
-        os.replace(staged, target)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(staged, target)
         result = json.loads((target / "leaderboard.json").read_text(encoding="utf-8"))
         self.plots[benchmark] = [(p, (target / p).read_bytes()) for p in result["plots"]]
         return result
@@ -128,42 +148,63 @@ class Leaderboard:
         return read_submission(Path(path), self.questions[benchmark], model_name=model_name or "", link=link or "",
                                benchmark=benchmark, max_bytes=self.settings.max_submission_bytes, where="")
 
-    def submit(self, benchmark: str, model_name: str, link: str, path, replace: bool = False, progress=None) -> dict:
-        """Validate, judge, store, re-rank. Returns the new leaderboard.json content; raises SubmissionError (invalid,
-        nothing done) or StoreError (could not be saved, nothing kept)."""
+    def submit(self, benchmark: str, model_name: str, link: str, path, replace: bool = False, progress=None,
+               profile=None) -> dict:
+        """Validate, judge, store, re-rank. `profile`: the signed-in Hub user (gr.OAuthProfile) or None. Returns the
+        new leaderboard.json content; raises SubmissionError (invalid or not allowed, nothing done) or StoreError
+        (could not be saved, nothing kept)."""
+        user = self.access.user(profile)
         sub = self.validate(benchmark, model_name, link, path)
+        content = Path(path).read_bytes()
+        scored = None
         with self.lock:
-            old = self.store.find(benchmark, sub.model_name)
-            if old is not None and not replace:
-                raise SubmissionError([f"a submission named {sub.model_name!r} exists (submitted {old['submitted_at']}); "
-                                       "tick \"replace\" to replace it"])
-            if progress is not None:
-                progress(0, desc="scoring")
-            questions = self.questions[benchmark]
-            scored = score_answers(self.model, self.tokenizer, questions, [sub], batch_size=self.settings.batch_size,
-                                   progress=progress is not None)[0]
-            content = Path(path).read_bytes()
-            key = submission_key(sub.model_name)
-            sub.path = self.store.folder / benchmark / "submissions" / f"{key}.jsonl"
-            record = {
-                "model_name": sub.model_name, "link": sub.link, "benchmark": benchmark,
-                "submitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "judge": self.judge, "package_version": package_version(),
-                "submission_sha256": hashlib.sha256(content).hexdigest(),
-                "question_ids": [q.id for q in questions], "answers": sub.answers, "scores": scored,
-            }
-            staged = self._build(benchmark, extra=(sub, scored))
-            try:
-                files = {f"{benchmark}/submissions/{key}.jsonl": content,
-                         f"{benchmark}/submissions/{key}.json": json.dumps(record, ensure_ascii=False).encode("utf-8"),
-                         f"{benchmark}/leaderboard.json": (staged / "leaderboard.json").read_bytes()}
-                verb = "Replace" if old else "Add"
-                self.store.save(files, message=f"{verb} {sub.model_name} on {benchmark}")
-            except BaseException:
-                shutil.rmtree(staged, ignore_errors=True)
-                raise
-            self.results[benchmark] = self._publish(benchmark, staged)
-            return self.results[benchmark]
+            for _ in range(SAVE_TRIES):
+                # decided on the store as it is now; after a conflict, on the state the other replica left
+                old = self.store.find(benchmark, sub.model_name)
+                self.access.check_replace(old, user, replace)
+                now = datetime.now(UTC)
+                log = self.store.read_json(log_path(user, now), {}) if user else {}
+                self.access.check_daily_limit(user, log)
+                if scored is None:
+                    if progress is not None:
+                        progress(0, desc="scoring")
+                    scored = score_answers(self.model, self.tokenizer, self.questions[benchmark], [sub],
+                                           batch_size=self.settings.batch_size, progress=progress is not None)[0]
+                try:
+                    return self._store(benchmark, sub, scored, content, old, user, log, now)
+                except StoreConflict:
+                    continue
+        raise StoreError(f"the {self.store.where()} changed {SAVE_TRIES} times while this submission was saved; "
+                         "nothing was stored")
+
+    def _store(self, benchmark, sub: Submission, scored: dict, content: bytes, old: dict | None, user: str | None,
+               log: dict, now: datetime) -> dict:
+        # a replacement keeps the record's file (an entry stored before names were compared by name_key has another)
+        key = old["_file"].removesuffix(".json") if old else submission_key(sub.model_name)
+        folder = f"{benchmark}/submissions"
+        sub.path = self.store.folder / folder / submitted_file_name(key, content)
+        record = {
+            "model_name": sub.model_name, "owner": user, "link": sub.link, "benchmark": benchmark,
+            "submitted_at": now.isoformat(timespec="seconds"), "judge": self.judge, "package_version": package_version(),
+            "submission_sha256": hashlib.sha256(content).hexdigest(), "submission_file": sub.path.name,
+            "question_ids": [q.id for q in self.questions[benchmark]], "answers": sub.answers, "scores": scored,
+        }
+        staged = self._build(benchmark, extra=(sub, scored))
+        try:
+            files = {f"{folder}/{sub.path.name}": content,
+                     f"{folder}/{key}.json": json.dumps(record, ensure_ascii=False).encode("utf-8"),
+                     f"{benchmark}/leaderboard.json": (staged / "leaderboard.json").read_bytes()}
+            if user is not None:
+                entries = [*log.get("submissions", []), {"at": record["submitted_at"], "benchmark": benchmark,
+                                                         "model_name": sub.model_name}]
+                files[log_path(user, now)] = json.dumps({"username": user, "submissions": entries}).encode("utf-8")
+            verb = "Replace" if old else "Add"
+            self.store.save(files, message=f"{verb} {sub.model_name} on {benchmark}")
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        self.results[benchmark] = self._publish(benchmark, staged)
+        return self.results[benchmark]
 
 
 # ------------------------------------------------------------------------------------------------ page
@@ -177,21 +218,24 @@ def ranking_html(lb: Leaderboard, benchmark: str) -> str:
         parts.append('<p class="note" id="empty-board">No submissions yet: be the first (Submit tab).</p>')
     parts.append("<h3>Ranking</h3>" + ranking_table_html(result, result["entries"]))
     parts.append("<h3>Correct % per modality and category</h3>" + breakdown_table_html(result, result["entries"]))
-    parts.append("<h3>Plots</h3>" + "".join(
+    n = len(result["entries"])
+    plotted = (f'<p class="note" id="plots-note">The plots show the top {MAX_PLOTTED} of {n} entries; every entry is '
+               'in the <a href="#board">ranking table</a>.</p>' if n > MAX_PLOTTED else "")
+    parts.append("<h3>Plots</h3>" + plotted + "".join(
         f'<img class="plot" alt="{html.escape(name)}" style="max-width: 100%; display: block; margin: .5rem 0" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">' for name, png in lb.plots[benchmark])
         if lb.plots[benchmark] else "")
     parts.append("<h3>Doubtful items</h3>" + doubtful_table_html(result["doubtful"]))
     if lb.excluded.get(benchmark):
-        parts.append('<p class="note">Not ranked: ' + html.escape("; ".join(lb.excluded[benchmark])) + "</p>")
+        parts.append('<div class="note" id="not-ranked"><p>Not ranked:</p><ul>'
+                     + "".join(f"<li>{html.escape(x)}</li>" for x in lb.excluded[benchmark]) + "</ul></div>")
     return "\n".join(parts)
 
 
 def errors_html(errors: list[str], limit: int = 50) -> str:
-    shown = "".join(f"<li>{html.escape(e)}</li>" for e in errors[:limit])
-    more = f"<li>... and {len(errors) - limit} more</li>" if len(errors) > limit else ""
+    shown = "".join(f"<li>{html.escape(e)}</li>" for e in shown_errors(errors, limit))
     return (f'<div id="submit-errors"><p><b>Not accepted ({len(errors)} problem{"s" * (len(errors) != 1)}); nothing '
-            f"was scored or stored.</b></p><ul>{shown}{more}</ul></div>")
+            f"was scored or stored.</b></p><ul>{shown}</ul></div>")
 
 
 def build_demo(lb: Leaderboard):
@@ -203,13 +247,14 @@ def build_demo(lb: Leaderboard):
     def show(benchmark):
         return ranking_html(lb, benchmark)
 
-    def on_submit(benchmark, model_name, link, upload, replace, progress=gr.Progress(track_tqdm=True)):  # noqa: B008 - gradio injects it
+    def on_submit(benchmark, model_name, link, upload, replace, profile, progress=gr.Progress(track_tqdm=True)):  # noqa: B008 - gradio injects it
         path = upload if isinstance(upload, str) or upload is None else upload.name
         try:
             if path and os.path.getsize(path) > lb.settings.max_submission_bytes:  # before anything is read
                 raise SubmissionError([f"{os.path.getsize(path)} bytes, over the limit of "
                                        f"{lb.settings.max_submission_bytes} bytes"])
-            result = lb.submit(benchmark, model_name, link, path, replace=bool(replace), progress=progress)
+            result = lb.submit(benchmark, model_name, link, path, replace=bool(replace), progress=progress,
+                               profile=profile)
         except SubmissionError as e:
             message = errors_html(e.errors)
         except StoreError as e:
@@ -222,6 +267,10 @@ def build_demo(lb: Leaderboard):
                        "answers).</p></div>")
         return message, show(benchmark if benchmark in lb.questions else first)
 
+    # gradio injects the signed-in user (None when nobody is) into a parameter typed so; the string annotation of
+    # `from __future__ import annotations` cannot be resolved here (gradio is imported in this function)
+    on_submit.__annotations__ = {"profile": gr.OAuthProfile | None}
+
     with gr.Blocks(title="ORCA leaderboard", analytics_enabled=False) as demo:
         gr.Markdown("# ORCA leaderboard\nAudio-LM answers ranked by ORCA's predicted correctness "
                     f"(orca-judge {package_version()}).")
@@ -231,6 +280,9 @@ def build_demo(lb: Leaderboard):
             board = gr.HTML(ranking_html(lb, first), elem_id="ranking")  # tables and plots (PNG, inline)
         with gr.Tab("Submit", id="submit-tab"):
             gr.Markdown(APP_HINT + f" Size limit: {lb.settings.max_submission_bytes} bytes.")
+            gr.Markdown(lb.access.note(), elem_id="submit-access")
+            if lb.access.login:  # only then: a LoginButton makes gradio add the OAuth routes
+                gr.LoginButton()
             bench = gr.Dropdown(benchmarks, value=first, label="Benchmark", elem_id="submit-benchmark")
             name = gr.Textbox(label="Model name", elem_id="submit-name", max_lines=1)
             link = gr.Textbox(label="Link (paper or code, optional)", elem_id="submit-link", max_lines=1)
@@ -281,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to serve on (default: %(default)s; 0.0.0.0 in a Space)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)),
                    help="port (default: %(default)s)")
+    p.add_argument("--login", choices=["auto", "on", "off"], default="auto",
+                   help="Hub sign-in to submit (OAuth; the Space needs `hf_oauth: true`); auto: on in a Space "
+                        "(default: %(default)s)")
+    p.add_argument("--admin", nargs="+", default=admins_from_env(), metavar="USERNAME",
+                   help="Hub usernames that may replace any entry and submit without limit (default: "
+                        "$ORCA_LEADERBOARD_ADMINS, comma-separated)")
+    p.add_argument("--daily-limit", type=int, default=DEFAULT_DAILY_LIMIT,
+                   help="submissions per signed-in user per UTC day, 0 for none (default: %(default)s)")
     add_ranking_arguments(p)
     return p
 
@@ -299,7 +359,8 @@ def from_args(args) -> Leaderboard:
     load_revision, revision_id = resolve_revision(args.model, args.revision)
     model, tokenizer = load_model(args.model, revision=load_revision, device=args.device, dtype=args.dtype)
     store = ResultStore(args.results, args.results_repo, token=token)
-    return Leaderboard(model, tokenizer, judge_meta(model, args.model, revision_id), store, questions, args)
+    access = Access.from_settings(login_wanted(args.login), args.admin, args.daily_limit)
+    return Leaderboard(model, tokenizer, judge_meta(model, args.model, revision_id), store, questions, args, access)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataset_builder.readers import read_lalm_outputs, read_mmar, read_mmau
+from dataset_builder.readers import JsonLines, read_lalm_outputs, read_mmar, read_mmau
 from dataset_builder.schema import RecordError, validate_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +24,8 @@ MAX_ANSWER_CHARS = 10_000
 MAX_NAME_CHARS = 100
 MAX_LINK_CHARS = 500
 MAX_ERRORS_SHOWN = 20
+# reading stops at this many problems: a file of junk would otherwise cost a message (and memory) per line
+MAX_PROBLEMS = 50
 SUBMISSION_KEYS = ("question_id", "answer")
 META_KEYS = ("model_name", "link", "benchmark")
 
@@ -32,9 +35,20 @@ class SubmissionError(ValueError):
 
     def __init__(self, errors: list[str]):
         self.errors = errors
-        shown = errors[:MAX_ERRORS_SHOWN]
-        more = f"\n... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
-        super().__init__("\n".join(shown) + more)
+        super().__init__("\n".join(shown_errors(errors, MAX_ERRORS_SHOWN)))
+
+
+STOPPED = "more line(s) not read"  # the end of the message that says reading stopped at MAX_PROBLEMS
+
+
+def shown_errors(errors: list[str], limit: int) -> list[str]:
+    """The first `limit` problems, a count of the others, and always the note that reading stopped."""
+    shown = errors[:limit]
+    if len(errors) > limit:
+        stops = [e for e in errors[limit:] if e.endswith(STOPPED)]
+        hidden = len(errors) - limit - len(stops)
+        shown = [*shown, *([f"... and {hidden} more"] if hidden else []), *stops]
+    return shown
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
@@ -195,12 +209,33 @@ def read_meta(path: Path, benchmark: str) -> dict:
     return meta
 
 
+def name_key(model_name: str) -> str:
+    """What makes two model names the same entry: NFKC, case-folded, whitespace collapsed ("Model  A", "model a"
+    and a full-width "Ｍodel A" are one entry). Format characters (zero-width, direction overrides) are dropped so
+    that records stored before such names were refused still fall on their entry."""
+    visible = "".join(c for c in model_name if unicodedata.category(c) != "Cf")
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
+    return " ".join(folded.split())
+
+
+def hidden_characters(text: str) -> list[str]:
+    """The control and format characters of `text` (Unicode categories Cc, Cf) as U+XXXX, first five."""
+    found = sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in ("Cc", "Cf")})
+    return found[:5]
+
+
 def check_meta(model_name: str, link: str, where: str) -> list[str]:
     errors = []
     if not model_name.strip():
         errors.append(f"{where}: empty model name")
     if len(model_name) > MAX_NAME_CHARS:
         errors.append(f"{where}: model name longer than {MAX_NAME_CHARS} characters")
+    # a newline, a zero-width space or a right-to-left override makes two names look alike or one look like another
+    for field, text in (("model name", model_name.strip()), ("link", link.strip())):
+        hidden = hidden_characters(text)
+        if hidden:
+            errors.append(f"{where}: {field} contains control or format characters ({', '.join(hidden)}): "
+                          "use visible characters and plain spaces only")
     if len(link) > MAX_LINK_CHARS:
         errors.append(f"{where}: link longer than {MAX_LINK_CHARS} characters")
     return errors
@@ -215,7 +250,8 @@ def scoring_record(q: Question, answer: str, *, benchmark: str = "", answerer: s
 
 def read_submission(path, questions, *, model_name: str | None = None, link: str | None = None,
                     benchmark: str = "", max_bytes: int = MAX_SUBMISSION_BYTES, where: str | None = None) -> Submission:
-    """Validate one submission; raises SubmissionError listing every problem found (`file:line: ...`).
+    """Validate one submission; raises SubmissionError listing the problems found (`file:line: ...`): at most
+    `MAX_PROBLEMS`, where reading stops and the last message says how many more lines were not read.
 
     `questions`: the benchmark's Questions (each answer's record is then checked by the record schema) or just
     their ids. `where`: how problems name the file (default: its path); `where=""` gives `line N: problem`, the
@@ -245,19 +281,12 @@ def read_submission(path, questions, *, model_name: str | None = None, link: str
     known = set(by_id)
     answers: dict[str, str] = {}
     first_line: dict[str, int] = {}
-    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        where = at(lineno)
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]  # a UTF-8 byte order mark, as some editors write
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            errors.append(f"{where}: not UTF-8 (byte {e.start})")
-            continue
-        except json.JSONDecodeError as e:
-            errors.append(f"{where}: malformed JSON: {e.msg} at column {e.colno}")
+    # the one JSONL reader; it stops once `errors` holds MAX_PROBLEMS (its bad lines are kept and listed below)
+    lines = JsonLines(path, on_error="keep", max_problems=MAX_PROBLEMS, problems=errors)
+    for item in lines:
+        lineno, where, obj = item.line, at(item.line), item.value
+        if item.error is not None:  # not UTF-8, or not JSON
+            errors.append(f"{where}: {item.error.problem}")
             continue
         if not isinstance(obj, dict):
             errors.append(f"{where}: expected an object {{\"question_id\": ..., \"answer\": ...}}, got {type(obj).__name__}")
@@ -293,6 +322,8 @@ def read_submission(path, questions, *, model_name: str | None = None, link: str
                 errors.append(f"{where}: '{field}' is {e.problem}")
                 continue
             answers[qid] = answer
+    if lines.unread is not None:
+        errors.append(f"{at()}: stopped after {MAX_PROBLEMS} problems; {lines.unread} {STOPPED}")
     if not errors and not answers:
         errors.append(f"{at()}: no answers")
     if errors:

@@ -2,21 +2,24 @@
 the HTML tables the static page and the web app (app.py) both show.
 
 Every user-provided string (model names, links, file names) is treated as hostile: file names are slugs
-checked to stay inside the output folder, HTML text goes in through `textContent` or html.escape, the embedded
-JSON cannot close its <script> element, only http(s) links become anchors, and matplotlib never sees `$`."""
+checked to stay inside the output folder, HTML comes from Jinja2 templates (leaderboard_assets/) with
+autoescape, only http(s) links become anchors, and matplotlib never sees `$`."""
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
-from importlib import resources
 from pathlib import Path
+
+from eval_suite.tables import markdown_table
 
 from .data import slugify
 
 SAFE_LINK = re.compile(r"https?://[^\s<>\"'`\\]+", re.IGNORECASE)
 PLOT_DPI = 100
+MAX_PLOTTED = 30  # entries in the plots (the top ranks); every entry is in the tables
 
 
 def safe_link(link: str) -> str:
@@ -151,23 +154,22 @@ def render_markdown(meta: dict, entries: list[dict], doubtful: dict) -> str:
     cols = ranking_columns(meta)
     lines = [f"# {meta['benchmark']['title']} leaderboard (ORCA)", ""]
     lines += [md(x) for x in header_lines(meta)]
-    lines += ["", "| " + " | ".join(h for _, h in cols) + " |", "|" + "|".join("---" if k == "model" else "---:" for k, _ in cols) + "|"]
+    rows = []
     for e in entries:
         cells = {k: md(v) for k, v in ranking_cells(e, digits).items()}
         link = safe_link(e["link"])
         if link:
             cells["model"] = f"[{cells['model']}]({link.replace('(', '%28').replace(')', '%29')})"
-        lines.append("| " + " | ".join(cells[k] for k, _ in cols) + " |")
+        rows.append([cells[k] for k, _ in cols])
+    lines += ["", markdown_table([h for _, h in cols], rows, ["" if k == "model" else "right" for k, _ in cols])]
     bcols = breakdown_columns(entries)
+    rows = [[md(e["model_name"])] + [breakdown_cell(e, k, g, digits) for k, g, _ in bcols] for e in entries]
     lines += ["", "## Correct % per modality and category", "",
-              "| model | " + " | ".join(md(h) for _, _, h in bcols) + " |", "|---|" + "---:|" * len(bcols)]
-    for e in entries:
-        lines.append(f"| {md(e['model_name'])} | " + " | ".join(breakdown_cell(e, k, g, digits) for k, g, _ in bcols) + " |")
+              markdown_table(["model"] + [md(h) for _, _, h in bcols], rows, [""] + ["right"] * len(bcols))]
     lines += ["", "## Doubtful items", "", md(doubtful_note(doubtful))]
     if doubtful["count"] and doubtful["items"]:
-        lines += ["", "| " + " | ".join(DOUBTFUL_COLUMNS) + " |", "|---|---:|---|---|---|---|"]
-        for d in doubtful["items"]:
-            lines.append("| " + " | ".join(md(c) for c in doubtful_cells(d)) + " |")
+        rows = [[md(c) for c in doubtful_cells(d)] for d in doubtful["items"]]
+        lines += ["", markdown_table(DOUBTFUL_COLUMNS, rows, ["", "right", "", "", "", ""])]
     lines += ["", "Plots: `plots/ranking.png`, `plots/breakdown.png`, `plots/uncertainty.png`; page: `index.html`.", ""]
     return "\n".join(lines)
 
@@ -175,11 +177,18 @@ def render_markdown(meta: dict, entries: list[dict], doubtful: dict) -> str:
 # ------------------------------------------------------------------------------------------------ HTML tables
 
 
-def _cell(tag: str, text: str, cls: str = "", value=None) -> str:
-    attrs = f' class="{cls}"' if cls else ""
-    if value is not None:
-        attrs += f' data-v="{html.escape(str(value))}"'
-    return f"<{tag}{attrs}>{html.escape(text)}</{tag}>"
+@functools.cache
+def _templates():
+    import jinja2
+
+    # autoescape: every value that reaches a page is escaped, user strings included
+    env = jinja2.Environment(loader=jinja2.PackageLoader("eval_suite", "leaderboard_assets"), autoescape=True,
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return env, env.get_template("tables.html").module
+
+
+def _cell(text: str, cls: str = "", value=None, href: str = "") -> dict:
+    return {"text": text, "cls": cls, "v": value, "href": href}
 
 
 def ranking_table_html(meta: dict, entries: list[dict], table_id: str = "board") -> str:
@@ -193,46 +202,31 @@ def ranking_table_html(meta: dict, entries: list[dict], table_id: str = "board")
                   "vs_next": lambda e: e["vs_next"]["p_value"] if e.get("vs_next") and e["vs_next"]["p_value"] is not None else "",
                   "mean": lambda e: e["mean"], "answered": lambda e: e["n_answered"], "missing": lambda e: e["n_missing"],
                   "uncertain": lambda e: "" if e["high_uncertainty"]["share"] is None else e["high_uncertainty"]["share"]}
-    head = "".join(f'<th data-key="{k}" class="{"text" if k in ("model", "vs_next") else ""}">{html.escape(h)}</th>'
-                   for k, h in cols)
     rows = []
     for e in entries:
         cells = ranking_cells(e, digits)
-        tds = []
-        for k, _ in cols:
-            if k == "model":
-                link = safe_link(e["link"])
-                inner = html.escape(cells[k])
-                if link:
-                    inner = f'<a href="{html.escape(link)}" rel="noopener noreferrer nofollow" target="_blank">{inner}</a>'
-                tds.append(f'<td class="text model" data-v="{html.escape(sort_value[k](e))}">{inner}</td>')
-            else:
-                tds.append(_cell("td", cells[k], "text" if k == "vs_next" else "", sort_value[k](e)))
-        tied = " tied" if e.get("vs_next") and e["vs_next"]["tied"] else ""
-        rows.append(f'<tr data-rank="{e["rank"]}" class="entry{tied}">' + "".join(tds) + "</tr>")
-    return (f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+        row = [_cell(cells[k], "text model", sort_value[k](e), safe_link(e["link"])) if k == "model"
+               else _cell(cells[k], "text" if k == "vs_next" else "", sort_value[k](e)) for k, _ in cols]
+        rows.append({"rank": e["rank"], "tied": bool(e.get("vs_next") and e["vs_next"]["tied"]), "cells": row})
+    return str(_templates()[1].ranking(table_id, cols, rows))
 
 
 def breakdown_table_html(meta: dict, entries: list[dict], table_id: str = "breakdown") -> str:
     digits = meta["settings"].get("percent_digits", 1)
     cols = breakdown_columns(entries)
-    head = '<th class="text">Model</th>' + "".join(_cell("th", h) for _, _, h in cols)
-    rows = "".join("<tr>" + _cell("td", e["model_name"], "text") +
-                   "".join(_cell("td", breakdown_cell(e, k, g, digits)) for k, g, _ in cols) + "</tr>" for e in entries)
-    return (f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></div>")
+    head = [_cell("Model", "text")] + [_cell(h) for _, _, h in cols]
+    rows = [{"cells": [_cell(e["model_name"], "text")] + [_cell(breakdown_cell(e, k, g, digits)) for k, g, _ in cols]}
+            for e in entries]
+    return str(_templates()[1].plain(table_id, head, rows))
 
 
 def doubtful_table_html(doubtful: dict, table_id: str = "doubtful") -> str:
-    note = f'<p class="note" id="{html.escape(table_id)}-note">{html.escape(doubtful_note(doubtful))}</p>'
-    if not doubtful["count"] or not doubtful["items"]:
-        return note
-    head = "".join(_cell("th", h, "text") for h in DOUBTFUL_COLUMNS)
-    rows = "".join("<tr>" + "".join(_cell("td", c, "" if i == 1 else "text") for i, c in enumerate(doubtful_cells(d)))
-                   + "</tr>" for d in doubtful["items"])
-    return (note + f'<div class="scroll"><table id="{html.escape(table_id)}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></div>")
+    rows = []
+    if doubtful["count"] and doubtful["items"]:
+        rows = [{"cells": [_cell(c, "" if i == 1 else "text") for i, c in enumerate(doubtful_cells(d))]}
+                for d in doubtful["items"]]
+    head = [_cell(h, "text") for h in DOUBTFUL_COLUMNS]
+    return str(_templates()[1].doubtful(table_id, doubtful_note(doubtful), head, rows))
 
 
 # tables scroll inside their box on a narrow screen instead of widening the page
@@ -262,6 +256,8 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
 
     if not entries:  # an app with no submissions yet
         return []
+    # 50 px a row: over ~1,300 entries the figure passes matplotlib's size limit, and far earlier it is unreadable
+    total, entries = len(entries), entries[:MAX_PLOTTED]
     names = [_label(f"{e['rank']}. {e['model_name']}") for e in entries]
     written = []
     y = list(range(len(entries)))[::-1]  # rank 1 at the top
@@ -273,6 +269,8 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
     ax.set_yticks(y, names)
     ax.set_xlim(0, 100)
     ax.set_xlabel("predicted correctness % (95% bootstrap CI)")
+    if total > len(entries):
+        ax.set_title(f"top {len(entries)} of {total} entries (all are in the ranking table)", fontsize=9)
     fig.tight_layout()
     fig.savefig(plots / "ranking.png", dpi=PLOT_DPI)
     plt.close(fig)
@@ -322,18 +320,12 @@ def write_plots(plots: Path, entries: list[dict], threshold: float) -> list[str]
 
 
 def render_html(meta: dict, entries: list[dict], doubtful: dict, plots: list[str]) -> str:
-    template = resources.files("eval_suite").joinpath("leaderboard_assets/page.html").read_text(encoding="utf-8")
-    values = {
-        "TITLE": html.escape(f"{meta['benchmark']['title']} leaderboard (ORCA)"),
-        "CSS": TABLE_CSS,
-        "SUBTITLE": "".join(f'<p class="sub">{html.escape(x)}</p>' for x in header_lines(meta)),
-        "BOARD": ranking_table_html(meta, entries),
-        "BREAKDOWN": breakdown_table_html(meta, entries),
-        "DOUBTFUL": doubtful_table_html(doubtful),
-        "PLOTS": "\n".join(f'<img src="plots/{html.escape(p)}" alt="{html.escape(p)}">' for p in plots),
-    }
-    # one pass, so a placeholder-like string inside user data is never substituted again
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
+    from markupsafe import Markup
+
+    return _templates()[0].get_template("page.html").render(
+        title=f"{meta['benchmark']['title']} leaderboard (ORCA)", css=Markup(TABLE_CSS), subtitle=header_lines(meta),
+        board=Markup(ranking_table_html(meta, entries)), breakdown=Markup(breakdown_table_html(meta, entries)),
+        doubtful=Markup(doubtful_table_html(doubtful)), plots=plots)
 
 
 def write_outputs(out: Path, meta: dict, board: dict, questions) -> dict:
@@ -354,6 +346,7 @@ def write_outputs(out: Path, meta: dict, board: dict, questions) -> dict:
     plots = write_plots(out / "plots", entries, meta["settings"]["uncertainty_threshold"])
     public = public_entries(board)
     result = {**meta, "entries": public, "doubtful": board["doubtful"], "plots": [f"plots/{p}" for p in plots]}
+    # plain writes: the web app builds this folder staged and swaps it in whole (eval_suite.files.staged_dir)
     (out / "leaderboard.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "leaderboard.md").write_text(render_markdown(meta, public, board["doubtful"]), encoding="utf-8")
     (out / "index.html").write_text(render_html(meta, public, board["doubtful"], plots), encoding="utf-8")

@@ -1,11 +1,13 @@
 """Summaries of scored submissions: means with bootstrap intervals over questions, breakdowns, uncertainty,
-paired bootstrap tests between neighbouring ranks, and the doubtful items. All resampling is seeded numpy."""
+paired tests between neighbouring ranks, and the doubtful items. Resampling is scipy.stats' (bootstrap,
+permutation_test), seeded."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 import numpy as np
+from scipy import stats
 
 CONFIDENCE = 0.95  # of the bootstrap intervals
 ALPHA = 0.05  # significance level of the paired test between neighbouring ranks
@@ -16,33 +18,36 @@ def percent(mean: float, lo: float = 1.0, hi: float = 5.0) -> float:
     return 100.0 * (mean - lo) / (hi - lo)
 
 
+def _mean(x, axis=-1):
+    return np.mean(x, axis=axis)
+
+
 def bootstrap_ci(values: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
-    """Percentile interval of the mean, resampling questions with replacement."""
+    """Percentile interval of the mean, resampling questions with replacement (scipy.stats.bootstrap)."""
     if len(values) < 2 or resamples <= 0:
         return float(np.mean(values)), float(np.mean(values))
-    idx = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
-    means = values[idx].mean(axis=1)
-    alpha = (1 - CONFIDENCE) / 2
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    ci = stats.bootstrap((values,), _mean, n_resamples=resamples, confidence_level=CONFIDENCE, method="percentile",
+                         rng=np.random.default_rng(seed)).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> dict:
-    """Mean difference a - b over paired questions, its interval and a two-sided p-value.
-
-    The p-value counts resampled differences at least as far from the observed one as the observed one is
-    from 0 (the bootstrap distribution shifted to the null), with +1 smoothing so it is never exactly 0.
-    """
-    d = a - b
+    """Mean difference a - b over paired questions, its bootstrap interval (scipy.stats.bootstrap) and a two-sided
+    p-value of the paired sign-flip permutation test (scipy.stats.permutation_test: under the null that neither
+    answer set is better, each question's difference is as likely to have either sign; +1 smoothing, so a
+    randomised p-value is never exactly 0)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     n = len(d)
     if n < 2 or resamples <= 0:
         return {"n": n, "diff": float(d.mean()) if n else None, "ci": None, "p_value": None}
-    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    means = d[idx].mean(axis=1)
+    rng = np.random.default_rng(seed)
     observed = float(d.mean())
-    extreme = int(np.sum(np.abs(means - observed) >= abs(observed)))
-    alpha = (1 - CONFIDENCE) / 2
-    return {"n": n, "diff": observed, "ci": [float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))],
-            "p_value": (extreme + 1) / (resamples + 1)}
+    interval = stats.bootstrap((d,), _mean, n_resamples=resamples, confidence_level=CONFIDENCE, method="percentile",
+                               rng=rng).confidence_interval
+    ci = [float(interval.low), float(interval.high)]
+    test = stats.permutation_test((d,), _mean, permutation_type="samples", n_resamples=resamples,
+                                  alternative="two-sided", rng=rng)
+    return {"n": n, "diff": observed, "ci": ci, "p_value": float(test.pvalue)}
 
 
 def breakdown(means: np.ndarray, answered: np.ndarray, groups: list[str], scale: tuple[float, float]) -> dict:

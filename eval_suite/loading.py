@@ -1,0 +1,101 @@
+"""Loading an ORCA model for scoring: the one loader (orca-score, orca-eval, orca-leaderboard, the Space app),
+what identifies the model that scored (its Hub commit or a folder's file hash), the package's version, and the
+reference release's field names for a prediction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """A problem with the input or the options; reported as `error: ...` with exit code 2."""
+
+
+def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, str]:
+    """(revision to load, what to report). A Hub id is pinned to its commit, so the model and the tokenizer come
+    from one repository state and the summary names it; a local folder is identified by its path and a hash of
+    its config/weight file names and sizes (it has no commit)."""
+    folder = Path(model_id)
+    if folder.is_dir():
+        files = sorted(
+            (p.name, p.stat().st_size)
+            for p in folder.iterdir()
+            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json"))
+        )
+        digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+        return revision, f"{folder.resolve()}#files-sha256:{digest}"
+    from huggingface_hub import ResolvedRevision
+    from transformers.utils.hub import resolve_revision as hf_resolve
+
+    resolved = hf_resolve(model_id, revision)
+    if isinstance(resolved, ResolvedRevision):
+        return resolved, resolved.resolved
+    if resolved and re.fullmatch(r"[0-9a-f]{40}", resolved):
+        return resolved, resolved
+    return resolved, resolved or "unresolved (default branch)"
+
+
+def resolve_device(device: str | None) -> str:
+    """`auto`/None -> cuda when available, else cpu; anything else as given."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_model(name_or_path: str, *, revision: str | None = None, device=None, dtype=None):
+    """The one loader of an ORCA model and its tokenizer (orca-score, orca-eval, orca-leaderboard): a folder or a
+    Hub id, in eval mode, on `device` (None: where it loads, the CPU; "auto": the GPU when there is one) in `dtype`
+    (None or "auto": as saved; a name such as "bfloat16" or a torch dtype). Weights are read from safetensors files
+    only: a checkpoint with only pickle-based `.bin`/`.pt` weights is refused, never unpickled. Problems the user
+    can fix (no such folder, Hub id or revision, not an ORCA model) raise `UsageError`."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from eval_suite.release import ReleaseError, resolve_judge
+
+    try:  # a reference-release checkpoint (Hub id or folder) loads as its converted folder, converted once
+        name_or_path, revision = resolve_judge(name_or_path, revision)
+    except ReleaseError as err:
+        raise UsageError(str(err)) from None
+
+    kwargs = {}
+    if dtype not in (None, "auto"):
+        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    try:
+        model = AutoModel.from_pretrained(name_or_path, trust_remote_code=True, revision=revision, use_safetensors=True, **kwargs)
+    except OSError as err:  # no such folder, Hub id or revision: transformers' message says which
+        raise UsageError(f"--model {name_or_path}: {err}") from None
+    if not hasattr(model, "predict"):
+        raise UsageError(f"{name_or_path}: {type(model).__name__} is not an ORCA model (no predict method)")
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision, trust_remote_code=True)
+    if device is not None:
+        model.to(resolve_device(device))
+    return model.eval(), tokenizer
+
+
+def package_version() -> str:
+    """This package's installed version, as summaries, metrics.json and the Space's requirements record it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orca-judge")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def reference_fields(pred: dict, config) -> dict:
+    """A prediction in the reference release's field names and scale: `rating_orca` = the mean rating on [0, 1]
+    (unclamped), `variance_orca` = the variance on that scale (the 1-5 variance / 16; 0.0 for a Bernoulli head,
+    as the release writes)."""
+    from modeling_orca import rating_to_unit
+
+    span = config.rating_max - config.rating_min
+    return {
+        "rating_orca": float(rating_to_unit(pred["mean"], config.rating_min, config.rating_max)),
+        "variance_orca": 0.0 if pred["variance"] is None else pred["variance"] / span**2,
+    }

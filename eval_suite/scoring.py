@@ -1,0 +1,337 @@
+"""Scoring a JSONL file with an ORCA model (what orca-score does, without its argument parsing and printing): the
+input read and validated line by line, the clamping threshold chosen, records scored question by question into
+partial files (eval_suite.sharding), the output merged in input order and the summary built."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dataset_builder.readers import JsonLines
+from dataset_builder.schema import RecordError, unicode_problem, validate_record
+from eval_suite import sharding
+from eval_suite.loading import UsageError, load_model, package_version, reference_fields, resolve_revision
+
+SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
+
+
+# ------------------------------------------------------------------------------------------------ input
+
+
+@dataclass
+class Entry:
+    """One non-blank input line: the parsed object (kept as is for the output) and the validated record."""
+
+    line: int
+    raw: str  # the line's text, kept only for lines that failed validation (memory: the parsed object is enough)
+    obj: Any = None
+    record: dict | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        # what identifies this entry's output line; lines that failed validation may have no usable id
+        return ("id", self.record["id"]) if self.record is not None else ("line", self.line)
+
+
+def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
+    """All non-blank lines of a JSONL file, validated with the project schema; returns (entries, blank lines).
+
+    Not `read_records`: that reader drops bad lines (counting them), while the output needs every line in place.
+    Both read through the one JSONL reader (`JsonLines`), and the checks are the same (`validate_record`,
+    duplicate ids) and so are the `file:line: field` messages. Every entry stays in memory (the output keeps every
+    line in input order).
+    """
+    entries, seen = [], {}
+    lines = JsonLines(path, on_error="keep" if on_error == "skip" else "raise")
+    hint = "(use --on-error skip to write such lines with orca_error set)"
+    try:
+        for item in lines:
+            entry = Entry(item.line, "", item.value)
+            try:
+                if item.error is not None:
+                    raise item.error
+                record = validate_record(item.value, path=path, line=item.line)
+                if record["id"] in seen:
+                    raise RecordError("id", f"duplicate id {record['id']!r} (first on line {seen[record['id']]})", path=path, line=item.line)
+                seen[record["id"]] = item.line
+                entry.record = record
+            except RecordError as e:
+                if on_error == "raise":
+                    raise UsageError(f"{e} {hint}") from None
+                entry.error, entry.raw = str(e), item.text
+            entries.append(entry)
+    except RecordError as e:  # a line that is not UTF-8 or not JSON, under --on-error raise
+        raise UsageError(f"{e} {hint}") from None
+    if not entries:
+        raise UsageError(f"{path}: no record (empty file or only blank lines)")
+    return entries, lines.blank_lines
+
+
+def output_line(entry: Entry, pred: dict | None) -> dict:
+    if entry.record is None:
+        # an object that cannot be written as UTF-8 (a lone surrogate) is kept as its line's text, like non-JSON
+        usable = isinstance(entry.obj, dict) and not unicode_problem(json.dumps(entry.obj, ensure_ascii=False))
+        base = dict(entry.obj) if usable else {"orca_input": entry.raw}
+        return {**base, **dict.fromkeys(SCORE_FIELDS), "orca_error": entry.error, "orca_line": entry.line}
+    return {
+        **entry.obj,
+        "orca_mean": pred["mean"],
+        "orca_variance": pred["variance"],
+        "orca_probs": pred["probs"],
+        "orca_score": pred["score"],
+        "orca_error": None,
+    }
+
+
+def reference_line(line: dict, config, clamped: bool) -> dict:
+    """An output line of this tool in the reference release's format: the input fields, `rating_orca`,
+    `variance_orca` (see `reference_fields`), `rating_orca_clamped` when a clamp threshold is in effect, and
+    `n_ratings`; a line that failed validation keeps `orca_error` and `orca_line`."""
+    base = {k: v for k, v in line.items() if k not in (*SCORE_FIELDS, "orca_error", "orca_line")}
+    if line.get("orca_error"):
+        extra = {"rating_orca_clamped": None} if clamped else {}
+        return {**base, "rating_orca": None, "variance_orca": None, **extra,
+                "orca_error": line["orca_error"], "orca_line": line.get("orca_line")}
+    out = {**base, **reference_fields({"mean": line["orca_mean"], "variance": line["orca_variance"]}, config)}
+    if clamped:
+        out["rating_orca_clamped"] = line["orca_score"]
+    ratings = line.get("ratings")
+    out["n_ratings"] = len(ratings) if isinstance(ratings, list) else 0
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ clamping
+
+
+def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
+    """Variance threshold maximising rho + tau - MAE on a labelled dev file (variances on the 1-5 scale, the
+    scale `predict` compares `clamp_threshold` with)."""
+    from dataset_builder.readers import read_records
+    from eval_suite.clamping import tune_on_predictions
+
+    try:
+        records = [r for r in read_records(path).records if r["ratings"]]
+    except (RecordError, ValueError) as err:
+        raise UsageError(f"--tune-clamp-on: {err}") from None
+    if len(records) < 2:
+        raise UsageError(f"--tune-clamp-on {path}: needs at least 2 records with ratings, found {len(records)}")
+    if model.config.score_type == "bernoulli":
+        raise UsageError("--tune-clamp-on: a bernoulli head predicts no variance, so there is nothing to clamp on")
+    preds = model.predict(records, tokenizer, batch_size=batch_size)  # unclamped: config.clamp was switched off
+    try:
+        tuned = tune_on_predictions(preds, [sum(r["ratings"]) / len(r["ratings"]) for r in records],
+                                    margin=model.config.clamp_margin)
+    except ValueError as err:  # e.g. every dev item has the same human mean: no correlation to maximise
+        raise UsageError(f"--tune-clamp-on {path}: {err}") from None
+    return {
+        "threshold": tuned["threshold"],  # None: clamping does not help on dev
+        "dev_file": str(path), "dev_items": len(records),
+        "dev_clamped": _finite(tuned["clamped"]), "dev_unclamped": _finite(tuned["unclamped"]),
+    }
+
+
+def _finite(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}
+
+
+def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | None, dict, list[str]]:
+    """The variance threshold to clamp with (None: no clamping), its description for the summary and warnings
+    to print; `config_clamp` is the checkpoint's own `clamp` setting."""
+    config = model.config
+    info: dict = {"margin": config.clamp_margin}
+    if args.tune_clamp_on:
+        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(args.tune_clamp_on), args.batch_size))
+        return info["threshold"], info, []
+    mode = args.clamp
+    if mode == "config":  # default: whatever the checkpoint was saved with
+        mode = "auto" if config_clamp else "off"
+    if mode == "off":
+        threshold = None
+    elif mode == "auto":
+        if config.clamp_variance_threshold is None:
+            raise UsageError(f"--clamp auto: {args.model} has no clamp_variance_threshold in its config; "
+                             "give a number or use --tune-clamp-on dev.jsonl")
+        threshold = float(config.clamp_variance_threshold)
+    else:
+        try:
+            threshold = float(mode)
+        except ValueError:
+            raise UsageError(f"--clamp must be auto, off or a number, got {mode!r}") from None
+    warnings = []
+    if threshold is not None and config.score_type == "bernoulli":
+        warnings.append("warning: a bernoulli head predicts no variance: clamping has no effect")
+    info.update(mode=mode, threshold=threshold)
+    return threshold, info, warnings
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+
+def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer, args, threshold, show_progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(entries), initial=start, desc="orca-score", unit="rec", disable=not show_progress)
+    with open(path, "a", encoding="utf-8") as fh:
+        for begin in range(start, len(entries), args.chunk_size):
+            chunk = entries[begin : begin + args.chunk_size]
+            valid = [e.record for e in chunk if e.record is not None]
+            preds = iter(model.predict(valid, tokenizer, batch_size=args.batch_size, clamp_threshold=threshold) if valid else [])
+            sharding.write_chunk(fh, [output_line(e, next(preds) if e.record is not None else None) for e in chunk])
+            bar.update(len(chunk))
+    bar.close()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def produced_by(args, revision_id: str, threshold, clamp_margin: float, count: int) -> dict:
+    """What a partial file's lines depend on; `--resume` refuses a partial file produced otherwise. Not the device
+    or batch size, which may change between a crash and its resume (out of memory) without changing a score."""
+    return {"model": str(args.model), "revision": revision_id, "dtype": args.dtype, "clamp_threshold": threshold,
+            "clamp_margin": clamp_margin, "output_format": args.output_format,
+            "input_sha256": file_sha256(args.input), "processes": count}
+
+
+def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tuple[dict, dict]:
+    """(counts and system-level scores, metrics with and without clamping on the labelled lines)."""
+    from modeling_orca import rating_to_unit, unit_to_rating
+
+    scored = [(e.record, line) for e, line in zip(entries, lines) if e.record is not None]
+    scale = (config.rating_min, config.rating_max)
+    system = {
+        "mean": _avg([line["orca_mean"] for _, line in scored]),
+        "score": _avg([line["orca_score"] for _, line in scored]),
+        "score_unclamped": _avg([rating_to_unit(line["orca_mean"], *scale) for _, line in scored]),
+    }
+    rated = [(r, line) for r, line in scored if r["ratings"]]
+    metrics: dict = {}
+    if rated:
+        from eval_suite.metrics import prediction_metrics
+
+        ratings = [r["ratings"] for r, _ in rated]
+        preds = [{"mean": line["orca_mean"], "variance": line["orca_variance"], "probs": line["orca_probs"]} for _, line in rated]
+        metrics["unclamped"] = prediction_metrics(preds, ratings)
+        if threshold is not None:
+            clamped = [unit_to_rating(line["orca_score"], *scale) for _, line in rated]
+            metrics["clamped"] = prediction_metrics(preds, ratings, means=clamped)
+    system["human_mean"] = _avg([sum(r["ratings"]) / len(r["ratings"]) for r, _ in rated]) if rated else None
+    return system, metrics
+
+
+def over_max_chars(entries: list[Entry], max_chars: int) -> list[int]:
+    """Line numbers of the valid records with a text over `max_chars` characters (the paper's 1,000-character rule,
+    `dataset_builder.filters.too_long`). Training drops such records; orca-score scores them (the model cuts its
+    input to `max_length` tokens, candidate last) and warns."""
+    from dataset_builder.filters import too_long
+
+    return [e.line for e in entries if e.record is not None and too_long(e.record, max_chars)]
+
+
+def _avg(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def process_state():
+    """This process's place in an `accelerate launch` (one process when not launched)."""
+    import torch
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    # cpu=True on a machine without a GPU: PartialState() would ignore a torchrun launch there (every process
+    # would think it is alone and score everything); with it the processes form a gloo group. The long barrier
+    # timeout: after --resume one process may finish its shard hours before another (a crashed process is
+    # stopped by the launcher, not by this timeout)
+    cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
+    return PartialState(cpu=cpu, timeout=timedelta(hours=48))
+
+
+def score_file(args, warn) -> tuple[dict, list[str]] | None:
+    """Score `args.input` into `args.output` (orca-score's options); returns the summary and the notes to print
+    after the results, on the main process (None on the others). `warn(text)` is called with each warning about
+    the options, as soon as it is known."""
+    started = time.time()
+    if args.tune_clamp_on and args.clamp != "config":
+        raise UsageError("--tune-clamp-on chooses the clamp threshold: do not combine it with --clamp")
+    if args.batch_size < 1 or args.chunk_size < 1:
+        raise UsageError("--batch-size and --chunk-size must be >= 1")
+    state = process_state()
+    rank, count = state.process_index, state.num_processes
+    entries, blank = read_entries(args.input, args.on_error)
+
+    partial = sharding.shard_path(args.output, rank, count)
+    if partial.exists() and not args.resume:
+        raise UsageError(f"{partial} exists (an interrupted run): pass --resume to continue it, or delete it")
+
+    load_revision, revision_id = resolve_revision(args.model, args.revision)
+    # --device auto: the process's own device (cuda:N under accelerate launch, else the CPU)
+    device = state.device if args.device == "auto" else args.device
+    model, tokenizer = load_model(args.model, revision=load_revision, device=device, dtype=args.dtype)
+    model_config = model.config.to_dict()  # as saved, before the clamp switch below
+    config_clamp = model.config.clamp
+    # the threshold is passed to predict explicitly; with config.clamp left on, predict would clamp under --clamp
+    # off, and the dev scores of --tune-clamp-on must be unclamped
+    model.config.clamp = False
+    threshold, clamp_info, clamp_warnings = resolve_clamp(args, model, tokenizer, config_clamp)
+    for text in clamp_warnings:
+        warn(text)
+    plan = sharding.shard_plan([sharding.group_key(e, model.config) for e in entries], count)
+    mine = [entries[i] for i in plan[rank]]
+
+    settings = produced_by(args, revision_id, threshold, model.config.clamp_margin, count)
+    start = 0
+    if partial.exists():
+        sharding.check_produced_by(partial, settings)
+        start = sharding.completed_prefix(partial, mine)
+    else:
+        sharding.start_partial(partial, settings)
+    show = state.is_main_process and not (args.no_progress or args.quiet)
+    score_entries(mine, partial, start, model, tokenizer, args, threshold, show_progress=show)
+
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return None
+    convert = None
+    if args.output_format == "reference":
+        convert = functools.partial(reference_line, config=model.config, clamped=threshold is not None)
+    lines = sharding.finalise(args.output, entries, plan, convert)
+    system, metrics = summarise(entries, lines, model.config, threshold)
+    errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
+    long_lines = over_max_chars(entries, model.config.max_chars)
+    summary = {
+        "package": {"name": "orca-judge", "version": package_version()},
+        "model": {"id": args.model, "revision": revision_id, "requested_revision": args.revision},
+        "input": str(args.input), "output": str(args.output),
+        "counts": {
+            "lines": len(entries) + blank, "blank_lines": blank, "records": len(entries),
+            "scored": len(entries) - len(errors), "errors": len(errors),
+            "labelled": sum(1 for e in entries if e.record is not None and e.record["ratings"]),
+            "resumed_from": start if count == 1 else None, "processes": count,
+            "over_max_chars": len(long_lines),
+        },
+        "errors": errors[:1000],
+        "system": system, "clamp": clamp_info, "metrics": metrics,
+        "config": {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "model": model_config},
+        "seconds": round(time.time() - started, 2),
+    }
+    notes = []
+    if errors:
+        notes.append(f"{len(errors)} line(s) failed validation and were written with orca_error set")
+    if long_lines:
+        shown = ", ".join(map(str, long_lines[:10])) + (", ..." if len(long_lines) > 10 else "")
+        notes.append(f"warning: {len(long_lines)} record(s) with a text over {model.config.max_chars} characters (lines "
+                     f"{shown}): scored, but training drops such records and the model cuts its input to "
+                     f"{model.config.max_length} tokens")
+    return summary, notes

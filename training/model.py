@@ -1,0 +1,123 @@
+"""The model a run trains: an ORCA model on its backbone (or a tiny random stand-in), LoRA, wrappers unwrapped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+# LoRA targets per architecture family: attention and MLP projections
+LORA_TARGETS = {
+    "bert": ["query", "key", "value", "dense"],
+    "default": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+
+
+def tiny_backbone_config(kind: str, vocab_size: int):
+    """A 2-layer random backbone of each paper architecture (`model.backbone: tiny-llama` etc.): fast tests and
+    smoke runs of the paper configs."""
+    from transformers import BertConfig, Gemma3TextConfig, LlamaConfig, Olmo2Config
+
+    common = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=vocab_size)
+    if kind == "llama":
+        return LlamaConfig(num_key_value_heads=2, **common)
+    if kind == "olmo2":
+        return Olmo2Config(num_key_value_heads=2, **common)
+    if kind == "gemma3":
+        return Gemma3TextConfig(num_key_value_heads=2, head_dim=8, sliding_window=16, **common)
+    if kind == "bert":
+        return BertConfig(max_position_embeddings=512, **common)
+    raise ValueError(f"no tiny backbone {kind!r}; choose llama, olmo2, gemma3 or bert")
+
+
+def set_pad_token(tokenizer, source: str):
+    """Give a tokenizer without a pad token its eos (or unk) token as one: padding is masked and never pooled, so
+    any existing token will do. Returns the tokenizer."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+        if tokenizer.pad_token is None:
+            raise ValueError(f"{source}: the tokenizer has no pad, eos or unk token to pad with")
+    return tokenizer
+
+
+def resolve_backbone(name: str) -> str:
+    from eval_suite import backbones
+
+    if name == "minilm":
+        return str(backbones.minilm_path())
+    if name == "smollm2":
+        return str(backbones.smollm2_path())
+    if name == "gemma3-270m":
+        return str(backbones.gemma3_path())
+    return name
+
+
+def build_model(cfg: dict):
+    """(model, tokenizer) of `cfg["model"]`, the head initialised from `cfg["seed"]`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from configuration_orca import OrcaConfig
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    m = cfg["model"]
+    orca_kwargs = dict(m["orca"], score_type=m["score_type"], pooling=m["pooling"])
+    if m["backbone"].startswith("tiny-"):
+        kind = m["backbone"][len("tiny-") :]
+        tokenizer = AutoTokenizer.from_pretrained(resolve_backbone("minilm" if kind == "bert" else "smollm2"))
+        torch.manual_seed(cfg["seed"])
+        model = OrcaForCorrectnessDistribution(
+            OrcaConfig(backbone_config=tiny_backbone_config(kind, len(tokenizer)), **orca_kwargs)
+        )
+        return model, set_pad_token(tokenizer, m["backbone"])
+    torch.manual_seed(cfg["seed"])  # the head's initialisation
+    return OrcaForCorrectnessDistribution.from_backbone(resolve_backbone(m["backbone"]), revision=m["revision"], **orca_kwargs)
+
+
+def add_lora(model, cfg: dict):
+    """The model with LoRA adapters (`cfg["lora"]`) and its head trained fully; unchanged when LoRA is off."""
+    lora = cfg["lora"]
+    if not lora["enabled"]:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = lora["target_modules"]
+    if targets == "auto":
+        family = "bert" if model.config.backbone_config.model_type == "bert" else "default"
+        targets = LORA_TARGETS[family]
+    peft_config = LoraConfig(
+        r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=targets,
+        modules_to_save=["score_head"],  # the head is trained fully
+    )
+    return get_peft_model(model, peft_config)
+
+
+def unwrap_orca(model) -> OrcaForCorrectnessDistribution:
+    """The ORCA model inside DDP / PEFT wrappers (for predict: LoRA layers stay active)."""
+    model = getattr(model, "module", model)
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model
+
+
+def trainable_names(model) -> list[str]:
+    model = getattr(model, "module", model)
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def load_trainable_state(model, state: dict[str, torch.Tensor]) -> None:
+    """Copy saved trained weights into `model`, refusing a state that does not hold exactly its trained ones."""
+    model = getattr(model, "module", model)
+    params = dict(model.named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in state]
+    unknown = [n for n in state if n not in params]
+    if missing or unknown:
+        raise RuntimeError(f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unknown[:3]}")
+    import torch
+
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
