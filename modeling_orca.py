@@ -28,11 +28,11 @@ from transformers.utils import ModelOutput, logging
 try:  # loaded by transformers from a Hub snapshot: the other files sit beside this one
     from .configuration_orca import OrcaConfig
     from .packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
-    from .processing_orca import distinct_inputs, format_input, input_variants
+    from .processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
 except ImportError:  # imported from the repository / an installed package
     from configuration_orca import OrcaConfig
     from packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
-    from processing_orca import distinct_inputs, format_input, input_variants
+    from processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
 
 logger = logging.get_logger(__name__)
 
@@ -259,12 +259,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
     def from_backbone(cls, name_or_path, *, score_type: str = "multinomial", revision: str | None = None, dtype=None, **config_kwargs):
         """An ORCA model on a pre-trained backbone's weights (head freshly initialised) and its tokenizer, with a
         pad token set when the backbone has none. Returns `(model, tokenizer)`."""
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
-        if tokenizer.pad_token is None:
-            # padding positions are masked and never pooled, so any existing token will do
-            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-            if tokenizer.pad_token is None:
-                raise ValueError(f"{name_or_path}: the tokenizer has no pad, eos or unk token to pad with")
+        tokenizer = set_pad_token(AutoTokenizer.from_pretrained(name_or_path, revision=revision), str(name_or_path))
         backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
         backbone.config.pad_token_id = tokenizer.pad_token_id
         config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)

@@ -202,6 +202,16 @@ def distinct_inputs(fields_list: list[dict[str, str]], tokenizer, config: OrcaCo
         which.append(keys.setdefault(key, len(keys)))
     return list(keys), which
 
+def set_pad_token(tokenizer, source: str):
+    """Give a tokenizer without a pad token its eos (or unk) token as one: padding is masked and never pooled, so
+    any existing token will do. Returns the tokenizer; `source` names it in the error when it has neither."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+        if tokenizer.pad_token is None:
+            raise ValueError(f"{source}: the tokenizer has no pad, eos or unk token to pad with")
+    return tokenizer
+
+
 __all__ = [
     "closest_references",
     "distinct_inputs",
@@ -214,6 +224,7 @@ __all__ = [
     "join_references",
     "reference_list",
     "render_fields",
+    "set_pad_token",
     "special_tokens",
     "split_fields",
     "truncated_ids",

@@ -474,10 +474,11 @@ def build_leaderboard_space(args, out: Path) -> None:
     results = f"the Hub dataset {args.results_repo}" if args.results_repo else "the Space's disk (lost on a restart)"
     (out / "app.py").write_text(LEADERBOARD_APP.format(model=args.model, results=results, args=repr(app_args)))
     spec = args.package_spec or f"orca-judge[space]=={package_version()}"
-    (out / "requirements.txt").write_text(f"{spec}\ngradio=={gradio_version}\n")
+    # gradio's OAuth extra: the app signs users in on a Space (only owners replace their entries)
+    (out / "requirements.txt").write_text(f"{spec}\ngradio[oauth]=={gradio_version}\n")
     title = args.title or "ORCA leaderboard"
     data = SpaceCardData(title=title, emoji="🎧", colorFrom="indigo", colorTo="blue", sdk="gradio",
-                         sdk_version=gradio_version, python_version="3.11", app_file="app.py", pinned=False,
+                         sdk_version=gradio_version, python_version="3.11", app_file="app.py", pinned=False, hf_oauth=True,
                          license="apache-2.0", short_description="Audio-LM answers ranked by ORCA's predicted correctness",
                          tags=["leaderboard", "audio", "evaluation"])
     token_note = ("Set the Space secret `HF_TOKEN` to a token with write access to the results dataset: without it "

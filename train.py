@@ -66,7 +66,13 @@ def run(cfg: dict, resume: bool = False) -> dict:
     from accelerate.utils import set_seed
 
     from eval_suite.files import save_dir_atomic, write_json_atomic, write_text_atomic
-    from eval_suite.final_eval import final_evaluation, out_of_domain, print_table, write_test_predictions
+    from eval_suite.final_eval import (
+        final_evaluation,
+        out_of_domain,
+        print_table,
+        probe_suite,
+        write_test_predictions,
+    )
     from training.checkpoints import check_resume, keep_trainable_weights, recover_checkpoints
     from training.model import add_lora, build_model, unwrap_orca
     from training.run_log import RunLog, versions
@@ -117,6 +123,7 @@ def run(cfg: dict, resume: bool = False) -> dict:
     save_dir_atomic(run_dir / "final", write_final)
     write_test_predictions(run_dir / "test_predictions.jsonl", test_records, test_preds)
     results["ood"] = out_of_domain(final, tokenizer, cfg, test_records, test_preds, run_dir)
+    results["probes"] = probe_suite(final, tokenizer, cfg)
     results.update(
         wall_seconds=round(time.time() - started, 1), versions=versions(), config=cfg,
         model_revision=cfg["model"]["revision"], backbone=cfg["model"]["backbone"],

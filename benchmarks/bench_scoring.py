@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
     p.add_argument("--backbone", action="append", choices=BACKBONES, help="repeatable; default smollm2 then minilm")
     p.add_argument("--data-dir", default=None, help="../shared/data by default")
-    p.add_argument("--batch-size", type=int, default=16, help="predict's batch_size (token budget = 256 x this, at most 1,024 on CPU)")
+    p.add_argument("--batch-size", type=int, default=16, help="predict's batch_size (token budget = 256 x this, at most 4,096 on CPU)")
     p.add_argument("--naive-batch-sizes", default="4,8,16", help="batch sizes tried for the naive path")
     p.add_argument("--calib", type=int, default=120, help="records of the naive batch-size calibration")
     p.add_argument("--gemm-size", type=int, default=2048)

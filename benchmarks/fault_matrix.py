@@ -273,6 +273,19 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def lost_submissions(records: dict, done: list[int], answers: dict) -> list[str]:
+    """Each name's newest acknowledged submission must be stored as it was sent, or replaced by the one that was in
+    flight when the kill came (stored, but its answer never reached the user)."""
+    newest = {answers[i][0]: i for i in done}
+    problems = []
+    for name, i in newest.items():
+        have = [r["submission_sha256"] for r in records.values() if r["model_name"] == name]
+        allowed = {sha(answers[j][1]) for j in (i, len(done)) if j < len(answers) and answers[j][0] == name}
+        if not (len(have) == 1 and have[0] in allowed):
+            problems.append(f"{name} stored as {have}, sent {sorted(allowed)}")
+    return problems
+
+
 def leaderboard_matrix(work: Path, model_dir: Path, n_points: int, rng: random.Random) -> dict:
     from eval_suite.leaderboard import ALPHA, MAX_SUBMISSION_BYTES, judge_meta
     from eval_suite.leaderboard.app import Leaderboard
@@ -330,16 +343,9 @@ def leaderboard_matrix(work: Path, model_dir: Path, n_points: int, rng: random.R
         counts["unreadable"] += len(unreadable)
         keys = [name_key(r["model_name"]) for r in after["records"].values()]
         counts["duplicated"] += len(keys) - len(set(keys))
-        # each name's newest acknowledged submission must be stored as it was sent, or replaced by the one that
-        # was in flight when the kill came (stored, but its answer never reached the user)
-        newest = {answers[i][0]: i for i in done}
-        in_flight = len(done)
-        for name, i in newest.items():
-            have = [r["submission_sha256"] for r in after["records"].values() if r["model_name"] == name]
-            allowed = {sha(answers[j][1]) for j in (i, in_flight) if j < len(answers) and answers[j][0] == name}
-            if not (len(have) == 1 and have[0] in allowed):
-                counts["lost"] += 1
-                print(f"leaderboard point {k} ({ops[k - 1]}): {name} stored as {have}, sent {allowed}", file=sys.stderr)
+        for problem in lost_submissions(after["records"], done, answers):
+            counts["lost"] += 1
+            print(f"leaderboard point {k} ({ops[k - 1]}): {problem}", file=sys.stderr)
         start = len(done)
         name = answers[start][0] if start < len(answers) else None
         redo_replace = name is not None and any(r["model_name"] == name for r in after["records"].values())

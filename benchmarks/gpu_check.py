@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     from eval_suite.backbones import smollm2_path
-    from training.model import set_pad_token
+    from processing_orca import set_pad_token
 
     tokenizer = set_pad_token(AutoTokenizer.from_pretrained(smollm2_path()), "smollm2")
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {torch.get_num_threads()} threads"

@@ -25,7 +25,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, model: bool = True, 
     parser.add_argument("--batch-size", type=int, default=batch_size,
                         help="token budget of one forward pass: N x 256 tokens, padding included, longest inputs "
                              "first (about N inputs of 256 tokens, more shorter ones); on the CPU a pass holds at "
-                             "most the model's cpu_batch_tokens (1,024), so there N above 4 changes nothing "
+                             "most the model's cpu_batch_tokens (4,096), so there N above 16 changes nothing "
                              "(default: %(default)s)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bars; transformers and huggingface_hub print errors only (no warnings, "

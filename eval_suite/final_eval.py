@@ -126,6 +126,19 @@ def out_of_domain(final, tokenizer, cfg: dict, test_records: list[dict], test_pr
     return ood
 
 
+def probe_suite(final, tokenizer, cfg: dict) -> dict | None:
+    """`test.probes: true`: the probe suite's accuracy overall, per question type and per kind, and the ids of the
+    failing probes (eval_suite.probes); the section of metrics.json."""
+    if not cfg["test"].get("probes"):
+        return None
+    from eval_suite.probes import probe_accuracy
+
+    summary = probe_accuracy(final, tokenizer, batch_size=cfg["training"]["per_device_batch_size"])
+    failures = summary.pop("failures")
+    print(f"\nprobes: {summary['passed']}/{summary['n']} = {summary['accuracy']:.3f}")
+    return {**summary, "failed_ids": [row["id"] for row in failures]}
+
+
 def print_table(results: dict) -> None:
     """The test metrics of ORCA (unclamped and with the dev-tuned clamping) and the baselines, as Markdown."""
     clamped = {"orca, clamped (dev-tuned)": results["clamping"]["test"]} if "test" in results["clamping"] else {}

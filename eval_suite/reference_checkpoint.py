@@ -185,6 +185,7 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
     from configuration_orca import OrcaConfig
     from eval_suite.loading import reference_fields
     from modeling_orca import OrcaForCorrectnessDistribution
+    from processing_orca import set_pad_token
 
     ref_config, head = read_reference_checkpoint(src)
     ref_type = REFERENCE_SCORE_TYPES[ref_config["score_type"]]
@@ -202,9 +203,7 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
     else:
         causal = AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32)
     causal.eval()
-    tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
-    if tokenizer.pad_token is None:  # as the release does; padding is masked and never pooled
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer = set_pad_token(AutoTokenizer.from_pretrained(src / "tokenizer"), str(src / "tokenizer"))  # as the release does
 
     weight, bias = head["linear.weight"].float(), head["linear.bias"].float()
     backbone = causal.base_model  # the decoder without its lm_head: what AutoModel loads

@@ -1,6 +1,6 @@
 """The fault matrix (benchmarks/fault_matrix.py): kill -9 at seeded file operations of `orca-score --resume` and
 of leaderboard submissions, then resume or restart, compared with an uninterrupted run. Here 3 points each
-(~60 s on an idle 2-core machine); docs/robustness.md records a larger run."""
+(26 s at load average 2.5 on 2 cores); docs/robustness.md records a larger run."""
 
 from __future__ import annotations
 

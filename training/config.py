@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "run_dir": "runs/orca",
     "seed": 0,
     "model": {
-        "backbone": None,  # HF folder or Hub id; "minilm" / "smollm2" (offline wheels); "tiny-llama" etc. (tests)
+        "backbone": None,  # HF folder or Hub id; "minilm" / "smollm2" / "gemma3-270m" (offline wheels); "tiny-llama" etc. (tests)
         "revision": None,
         "score_type": "multinomial",
         "pooling": "last",
@@ -68,9 +68,9 @@ DEFAULTS: dict[str, Any] = {
     },
     "skip_stages": [],
     # ood: also score the out-of-domain sets (eval_suite.report.ood_evaluation), with ood_bootstrap resamples, at most
-    # ood_max_items (a seeded sample) of each set
+    # ood_max_items (a seeded sample) of each set; probes: also the probe suite (eval_suite.probes)
     "test": {"baselines": ["exact_match", "contains", "token_f1"], "compare_reference_modes": True, "ood": False,
-             "ood_bootstrap": 1000, "ood_max_items": None},
+             "ood_bootstrap": 1000, "ood_max_items": None, "probes": False},
 }
 
 # the type of each key whose default is None (other keys take the type of their default)
@@ -237,7 +237,7 @@ def load_run_config(path: str | None, overrides: list[str]) -> dict:
 def check_stages(config: dict) -> None:
     """The curriculum and the choices the type check does not cover, refused before any work."""
     if config["model"]["backbone"] is None:
-        raise SystemExit("model.backbone is not set (a folder, a Hub id, 'minilm' or 'smollm2')")
+        raise SystemExit("model.backbone is not set (a folder, a Hub id, 'minilm', 'smollm2' or 'gemma3-270m')")
     unknown = set(config["skip_stages"]) - set(config["stages"])
     if unknown:
         raise SystemExit(f"skip_stages names unknown stages {sorted(unknown)}; stages are {list(config['stages'])}")

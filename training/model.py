@@ -33,16 +33,6 @@ def tiny_backbone_config(kind: str, vocab_size: int):
     raise ValueError(f"no tiny backbone {kind!r}; choose llama, olmo2, gemma3 or bert")
 
 
-def set_pad_token(tokenizer, source: str):
-    """Give a tokenizer without a pad token its eos (or unk) token as one: padding is masked and never pooled, so
-    any existing token will do. Returns the tokenizer."""
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-        if tokenizer.pad_token is None:
-            raise ValueError(f"{source}: the tokenizer has no pad, eos or unk token to pad with")
-    return tokenizer
-
-
 def resolve_backbone(name: str) -> str:
     from eval_suite import backbones
 
@@ -62,6 +52,7 @@ def build_model(cfg: dict):
 
     from configuration_orca import OrcaConfig
     from modeling_orca import OrcaForCorrectnessDistribution
+    from processing_orca import set_pad_token
 
     m = cfg["model"]
     orca_kwargs = dict(m["orca"], score_type=m["score_type"], pooling=m["pooling"])
