@@ -28,7 +28,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, SpaceCa
 from huggingface_hub.errors import HfHubHTTPError
 
 from dataset_builder.export import CITATION, REPO_ID_PLACEHOLDER
-from eval_suite.files import staged_dir
+from dataset_builder.files import staged_dir
 from eval_suite.reference_checkpoint import ConversionError, tidy_saved_folder
 from eval_suite.tables import markdown_table
 
@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent
 METRIC_DIR = REPO / "eval_suite" / "orca_metric"
 CARD_TEMPLATE = REPO / "eval_suite" / "hub_assets" / "model_card.md"  # the model card, for ModelCard.from_template
 SPACE_CARD_TEMPLATE = REPO / "eval_suite" / "hub_assets" / "leaderboard_space_card.md"
+SPACE_APP = REPO / "eval_suite" / "hub_assets" / "leaderboard_space_app.py"  # the Space's app.py, copied
 
 # Scored before and after every save/convert: an alias list, an empty rationale, a wrong and a right answer.
 CHECK_RECORDS = [
@@ -62,7 +63,7 @@ class PublishError(Exception):
 
 @contextmanager
 def staging_dir(target: Path | None):
-    """A fresh folder to build in; it becomes `target` (eval_suite.files.staged_dir: renamed into place) only if the
+    """A fresh folder to build in; it becomes `target` (dataset_builder.files.staged_dir: renamed into place) only if the
     block succeeds. With no target (an upload) it is deleted afterwards either way."""
     if target is None:
         with tempfile.TemporaryDirectory(prefix=".orca-") as tmp:
@@ -426,20 +427,9 @@ def cmd_metric(args) -> None:
 
 # ------------------------------------------------------------------------------------------------ leaderboard Space
 
-LEADERBOARD_APP = '''"""The ORCA leaderboard Space (written by `push_to_hub.py leaderboard`; the app is eval_suite/leaderboard/app.py
-of orca-judge). Submissions are judged by {model}; results are kept in {results}."""
-
-from eval_suite.leaderboard.app import main
-
-ARGS = {args}
-
-if __name__ == "__main__":
-    raise SystemExit(main(ARGS))
-'''
-
 
 def build_leaderboard_space(args, out: Path) -> None:
-    """The Space folder: app.py (the package's app with this judge and results repository), the benchmarks' question
+    """The Space folder: app.py (copied) with space_args.json (this judge and results repository), the benchmarks' question
     files under data/, requirements.txt pinned to this package's version, and a README with the Space's YAML header."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -472,7 +462,9 @@ def build_leaderboard_space(args, out: Path) -> None:
     if args.results_repo:
         app_args += ["--results-repo", args.results_repo]
     results = f"the Hub dataset {args.results_repo}" if args.results_repo else "the Space's disk (lost on a restart)"
-    (out / "app.py").write_text(LEADERBOARD_APP.format(model=args.model, results=results, args=repr(app_args)))
+    shutil.copyfile(SPACE_APP, out / "app.py")
+    space_args = {"judge": args.model, "judge_revision": args.model_revision, "results": results, "args": app_args}
+    (out / "space_args.json").write_text(json.dumps(space_args, indent=1) + "\n")
     spec = args.package_spec or f"orca-judge[space]=={package_version()}"
     # gradio's OAuth extra: the app signs users in on a Space (only owners replace their entries)
     (out / "requirements.txt").write_text(f"{spec}\ngradio[oauth]=={gradio_version}\n")

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the summary and every probe's row here")
     args = p.parse_args(argv)
 
-    from eval_suite.files import write_json_atomic
+    from dataset_builder.files import write_json_atomic
     from eval_suite.loading import load_model, resolve_revision
 
     records = load_probes(args.probes)

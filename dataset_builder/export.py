@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from huggingface_hub import DatasetCardData
+from huggingface_hub import DatasetCard, DatasetCardData
 from tqdm.auto import tqdm
 
 from .configs import CONFIGS, RELEASE_FILES, SOURCES, build_config, licence_of, source_key
@@ -22,6 +22,7 @@ from .stats import summarize
 
 NOT_FOR_REDISTRIBUTION = "not for redistribution"
 REPO_ID_PLACEHOLDER = "<this repo>"  # replaced by the repository id when `push_to_hub.py dataset` uploads the export
+CARD_TEMPLATE = Path(__file__).resolve().parent / "dataset_card.md"  # the card, for DatasetCard.from_template
 # SOURCES' licence texts -> Hub licence ids (https://huggingface.co/docs/hub/repositories-licenses)
 HUB_LICENCE_IDS = {"Apache-2.0": ["apache-2.0"],
                    "CC BY-SA 4.0 / CC BY-SA 3.0 / CC BY 4.0": ["cc-by-sa-4.0", "cc-by-sa-3.0", "cc-by-4.0"]}
@@ -138,66 +139,43 @@ def card_data(stats: dict, yaml_configs: list[dict]) -> DatasetCardData:
 
 
 def dataset_card(stats: dict, yaml_configs: list[dict]) -> str:
+    """The card: `dataset_card.md` (a Jinja template) through `DatasetCard.from_template`, its tables built here."""
     cfgs = stats["configs"]
-    used = sorted({s for c in cfgs.values() for s in c["sources"]})
-    out = ["---", card_data(stats, yaml_configs).to_yaml(), "---", "",
-           "# ORCA correctness ratings", "",
-           "Candidate answers to (audio) questions with 1-5 Likert correctness ratings, in one schema "
-           "(`dataset_builder.schema`), built by `python -m dataset_builder build`"
-           + (" with `--for-upload`" if stats["for_upload"] else "") + f" (seed {stats['seed']}).", "",
-           "```python", "from datasets import load_dataset",
-           f"ds = load_dataset(\"{REPO_ID_PLACEHOLDER}\", \"{yaml_configs[0]['config_name'] if yaml_configs else 's1_synthetic'}\", "
-           "split=\"train\")", "```", "", "## Sources", "",
-           "| source | what | origin | licence |", "|---|---|---|---|"]
-    for key in used:
+    sources = []
+    for key in sorted({s for c in cfgs.values() for s in c["sources"]}):
         desc, origin, lic = SOURCES[key]
-        out.append(f"| `{key}` | {desc} | {origin} | {lic or 'none stated: ' + NOT_FOR_REDISTRIBUTION} |")
-    if stats["for_upload"]:
-        out += ["", "Records from sources without a licence are left out of this export (counts below)."]
-    else:
-        out += ["", "Sources without a licence are for research use only: do not upload this export; "
-                "build with `--for-upload` to leave them out."]
-    out += ["", "## Configs", "",
-            "| config | train | validation | test | questions | ratings/item | alpha interval | alpha ordinal |",
-            "|---|---|---|---|---|---|---|---|"]
+        sources.append(f"| `{key}` | {desc} | {origin} | {lic or 'none stated: ' + NOT_FOR_REDISTRIBUTION} |")
+    configs, per_config = [], []
     for name, c in cfgs.items():
-        sp = c["splits"].get(name, {})
-        s = c["summary"]
+        sp, s = c["splits"].get(name, {}), c["summary"]
         rpi = ", ".join(f"{k}: {v}" for k, v in s["ratings_per_item"].items())
-        out.append(f"| `{name}` | {sp.get('train', 0)} | {sp.get('validation', 0)} | {sp.get('test', 0)} | "
-                   f"{s['questions']} | {rpi} | {_fmt(s['alpha_interval'])} | {_fmt(s['alpha_ordinal'])} |")
-    out += ["", "Alpha is Krippendorff's alpha over items with at least two ratings (n/a: one rating per item).", "",
-            "### Per config: reading, filters, rating histogram", ""]
-    for name, c in cfgs.items():
-        s = c["summary"]
-        out += [f"**{name}**: {c['description']}", "",
-                f"- records kept: {s['records']} ({s['questions']} questions); mean rating {_fmt(s['mean_rating'])}",
-                f"- rating histogram (1..5): {s['rating_histogram']}",
-                f"- answerers: {', '.join(f'{k} ({v})' for k, v in s['answerers'].items())}",
-                f"- skipped while reading: {_counts(c['read_skipped'])}",
-                f"- dropped by filters: {_counts(c['filtered'])}"]
-        if c["withheld_not_for_redistribution"]:
-            out.append(f"- withheld (not for redistribution): {_counts(c['withheld_not_for_redistribution'])}")
-        extra = [f"`{k}` (scenario {v['scenario']}, fold {v['fold']}"
-                 + (f", held out: {', '.join(v['held_out'])}" if v.get("held_out") else "") + ")"
-                 for k, v in c["splits"].items() if k != name]
-        if extra:
-            out.append(f"- further splits: {'; '.join(extra)}")
-        out.append("")
-    out += ["## Filters", "",
-            f"An instance is dropped when any text (question, rationale, transcript, candidate, or the reference "
-            f"aliases joined by ' / ') exceeds {MAX_CHARS} characters, when it carries a flag "
-            "(Q/R/A/U/E), or when it has no rating; each drop is counted once, under the first reason.", "",
-            "## Splits", "",
-            "Config `<name>` is scenario A fold 0: an 8:1:1 split by question (no question in two parts), "
-            "stratified by benchmark and modality. Scenario B folds hold out two answering models: test holds "
-            "only their answers, to questions unseen in train and validation. `dataset_builder.load_config` "
-            "rebuilds any scenario and fold.", "",
-            "## Fields", "",
-            "`id, benchmark, question_id, question, reference` (list: canonical answer first, then aliases), "
-            "`rationale, transcript` (\"\" when none), `candidate, answerer, modality, category, ratings` "
-            "(ints 1..5), `rater_ids, flags` (subset of Q, R, A, U, E), `stage` (s1/s2/s3), `source, metadata` "
-            "(JSON-encoded dict).", "", "## Citation", "", "```bibtex", CITATION, "```", ""]
+        configs.append(f"| `{name}` | {sp.get('train', 0)} | {sp.get('validation', 0)} | {sp.get('test', 0)} | "
+                       f"{s['questions']} | {rpi} | {_fmt(s['alpha_interval'])} | {_fmt(s['alpha_ordinal'])} |")
+        per_config.append(config_summary(name, c))
+    card = DatasetCard.from_template(
+        card_data(stats, yaml_configs), template_path=str(CARD_TEMPLATE), for_upload=stats["for_upload"],
+        seed=stats["seed"], repo_id=REPO_ID_PLACEHOLDER,
+        first_config=yaml_configs[0]["config_name"] if yaml_configs else "s1_synthetic", sources=sources,
+        configs=configs, per_config=per_config, max_chars=MAX_CHARS, citation=CITATION)
+    return str(card).rstrip("\n") + "\n"  # Jinja drops the template's final newline
+
+
+def config_summary(name: str, c: dict) -> str:
+    """One config's paragraph of the card: what was kept, skipped, filtered and withheld, and its other splits."""
+    s = c["summary"]
+    out = [f"**{name}**: {c['description']}", "",
+           f"- records kept: {s['records']} ({s['questions']} questions); mean rating {_fmt(s['mean_rating'])}",
+           f"- rating histogram (1..5): {s['rating_histogram']}",
+           f"- answerers: {', '.join(f'{k} ({v})' for k, v in s['answerers'].items())}",
+           f"- skipped while reading: {_counts(c['read_skipped'])}",
+           f"- dropped by filters: {_counts(c['filtered'])}"]
+    if c["withheld_not_for_redistribution"]:
+        out.append(f"- withheld (not for redistribution): {_counts(c['withheld_not_for_redistribution'])}")
+    extra = [f"`{k}` (scenario {v['scenario']}, fold {v['fold']}"
+             + (f", held out: {', '.join(v['held_out'])}" if v.get("held_out") else "") + ")"
+             for k, v in c["splits"].items() if k != name]
+    if extra:
+        out.append(f"- further splits: {'; '.join(extra)}")
     return "\n".join(out)
 
 

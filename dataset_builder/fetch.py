@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval_suite.files import write_bytes_atomic
+from .files import sha256_of, write_bytes_atomic
 
 BASE_URL = "https://raw.githubusercontent.com"
 
@@ -62,14 +62,6 @@ PUBLIC_FILES = (
     PublicFile("sas", "sas/nq_open_filtered.csv", *_SAS, "data/data/nq/nq_open_filtered.csv", 168712,
                "11d8098c903c0230ee96b4905df2d4fe552fd8248efcaeb1f003c9b3e4d9e276"),
 )
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def download(url: str, limit: int, timeout: float = 60) -> bytes:

@@ -17,7 +17,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from eval_suite.files import save_dir_atomic
+from dataset_builder.files import save_dir_atomic
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

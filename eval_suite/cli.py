@@ -29,8 +29,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dataset_builder.files import write_json_atomic
 from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.files import write_json_atomic
 from eval_suite.loading import UsageError
 from eval_suite.scoring import score_file
 from eval_suite.tables import markdown_table

@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from eval_suite.files import write_text_atomic
+from dataset_builder.files import write_text_atomic
 
 PREDICTION_FIELDS = ("benchmark", "question_id", "answerer", "modality", "category")
 
@@ -141,10 +141,10 @@ def probe_suite(final, tokenizer, cfg: dict) -> dict | None:
 
 def print_table(results: dict) -> None:
     """The test metrics of ORCA (unclamped and with the dev-tuned clamping) and the baselines, as Markdown."""
+    from eval_suite.tables import markdown_table
+
     clamped = {"orca, clamped (dev-tuned)": results["clamping"]["test"]} if "test" in results["clamping"] else {}
     test = {"orca": results["test"]["orca"], **clamped, **results["test"]}
     cols = ("spearman", "kendall", "mae", "roc_auc")
-    print("\n| judge | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
-    for name, m in test.items():
-        cells = ["-" if m.get(c) is None else f"{m[c]:.4f}" for c in cols]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    rows = [[name] + ["-" if m.get(c) is None else f"{m[c]:.4f}" for c in cols] for name, m in test.items()]
+    print("\n" + markdown_table(["judge", *cols], rows))

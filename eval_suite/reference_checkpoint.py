@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from eval_suite.files import staged_dir
+from dataset_builder.files import staged_dir
 
 
 class ConversionError(Exception):

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from eval_suite.files import staged_dir, write_json_atomic
+from dataset_builder.files import staged_dir, write_json_atomic
 
 # Variance thresholds of the release's variance-gated clamping, on its [0, 1] score scale, calibrated on dev by the
 # authors (BUTSpeechFIT/ORCA, download_and_infer.py, MODEL_VAR_THRESHOLDS). The Hub repositories themselves do not

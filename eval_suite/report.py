@@ -25,9 +25,9 @@ import numpy as np
 import yaml
 
 from configuration_orca import TEMPLATE_FIELDS
+from dataset_builder.files import write_text_atomic
 from dataset_builder.readers import read_jsonl
 from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.files import write_text_atomic
 from eval_suite.metrics import baseline_metrics, compute_metrics, prediction_metrics
 from eval_suite.tables import flatten, markdown_table
 

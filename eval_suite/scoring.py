@@ -5,7 +5,6 @@ partial files (eval_suite.sharding), the output merged in input order and the su
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import time
@@ -14,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from dataset_builder.files import sha256_of
 from dataset_builder.readers import JsonLines
 from dataset_builder.schema import RecordError, unicode_problem, validate_record
 from eval_suite import sharding
@@ -189,20 +189,12 @@ def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer
     bar.close()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def produced_by(args, revision_id: str, threshold, clamp_margin: float, count: int) -> dict:
     """What a partial file's lines depend on; `--resume` refuses a partial file produced otherwise. Not the device
     or batch size, which may change between a crash and its resume (out of memory) without changing a score."""
     return {"model": str(args.model), "revision": revision_id, "dtype": args.dtype, "clamp_threshold": threshold,
             "clamp_margin": clamp_margin, "output_format": args.output_format,
-            "input_sha256": file_sha256(args.input), "processes": count}
+            "input_sha256": sha256_of(args.input), "processes": count}
 
 
 def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tuple[dict, dict]:

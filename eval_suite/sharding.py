@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eval_suite.files import fsync_dir, open_atomic, write_json_atomic
+from dataset_builder.files import fsync_dir, open_atomic, write_json_atomic
 from eval_suite.loading import UsageError
 
 

@@ -498,8 +498,11 @@ def test_push_leaderboard_dry_run_writes_a_space_folder(tmp_path, monkeypatch):
     assert card["sdk"] == "gradio" and card["sdk_version"] == version("gradio") and card["app_file"] == "app.py"
     assert f"orca-judge[space]=={package_version()}" in (out / "requirements.txt").read_text()
     app = (out / "app.py").read_text()
-    assert "org/orca" in app and "abc123" in app and "org/orca-results" in app
     compile(app, "app.py", "exec")
+    assert app == (REPO / "eval_suite" / "hub_assets" / "leaderboard_space_app.py").read_text()  # a real file, copied
+    space_args = json.loads((out / "space_args.json").read_text())
+    assert (space_args["judge"], space_args["judge_revision"]) == ("org/orca", "abc123")
+    assert "org/orca-results" in space_args["args"] and "org/orca-results" in space_args["results"]
 
     calls = []
 

@@ -315,12 +315,8 @@ def override_help() -> str:
     return "\n".join(lines)
 
 
-def flat_config(cfg: dict, prefix: str = "") -> dict:
+def flat_config(cfg: dict) -> dict:
     """The run config as flat `a.b.c` keys with scalar values (what trackers' hyperparameter tables take)."""
-    out = {}
-    for key, value in cfg.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value if isinstance(value, bool | int | float | str) else json.dumps(value)
-    return out
+    from eval_suite.tables import flatten
+
+    return flatten(cfg, leaf=lambda value: value if isinstance(value, bool | int | float | str) else json.dumps(value))

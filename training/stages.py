@@ -183,7 +183,7 @@ def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, re
     """Every stage not skipped, in order, each from the previous one's best weights; a stage that finished before
     an interruption gets its best weights restored and is not trained again. Stage summaries (with dev and test
     scores on at most max_dev_items items) go to progress.json. Returns (progress, the last stage's data)."""
-    from eval_suite.files import write_json_atomic
+    from dataset_builder.files import write_json_atomic
     from training.data import load_stage_data
 
     t = cfg["training"]

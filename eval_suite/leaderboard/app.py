@@ -25,8 +25,8 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dataset_builder.files import replace_dir
 from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.files import replace_dir
 from eval_suite.loading import UsageError, load_model, package_version, resolve_revision
 
 from . import add_ranking_arguments, board_meta, build_leaderboard, judge_meta, score_answers

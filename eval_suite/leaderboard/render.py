@@ -346,7 +346,7 @@ def write_outputs(out: Path, meta: dict, board: dict, questions) -> dict:
     plots = write_plots(out / "plots", entries, meta["settings"]["uncertainty_threshold"])
     public = public_entries(board)
     result = {**meta, "entries": public, "doubtful": board["doubtful"], "plots": [f"plots/{p}" for p in plots]}
-    # plain writes: the web app builds this folder staged and swaps it in whole (eval_suite.files.staged_dir)
+    # plain writes: the web app builds this folder staged and swaps it in whole (dataset_builder.files.staged_dir)
     (out / "leaderboard.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "leaderboard.md").write_text(render_markdown(meta, public, board["doubtful"]), encoding="utf-8")
     (out / "index.html").write_text(render_html(meta, public, board["doubtful"], plots), encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The one way orca puts a file or a folder in place: written beside the target, forced to disk, renamed.
+"""The one way orca puts a file or a folder in place: written beside the target, forced to disk, renamed (and
+the one file hash).
 
 A crash (kill -9, power loss) at any point leaves either the old content or the new one, never a torn file and
 never neither: `replace_dir` swaps folders by two renames and `recover_dir` (called by `replace_dir` itself and
@@ -7,6 +8,7 @@ by whoever reads the folder at start) finishes or undoes a swap that was interru
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,6 +16,15 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def fsync_dir(folder: Path) -> None:
