@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_llama_orca
 
 from dataset_builder.readers import read_records
 from dataset_builder.schema import RecordError, validate_record
@@ -100,18 +101,7 @@ def test_pass_rule_and_tallies():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    from configuration_orca import OrcaConfig
-    from eval_suite.backbones import smollm2_path
-    from modeling_orca import OrcaForCorrectnessDistribution
-    from training.model import tiny_backbone_config
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    torch.manual_seed(0)
-    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=tiny_backbone_config("llama", len(tokenizer))))
+    model, tokenizer = tiny_llama_orca()
     with torch.no_grad():  # a large random head, so means fall on both sides of 3
         model.score_head.weight.copy_(torch.randn(model.score_head.weight.shape, generator=torch.Generator().manual_seed(1)))
     folder = tmp_path_factory.mktemp("model") / "orca-tiny"

@@ -27,6 +27,7 @@ from dataclasses import field as dc_field
 from pathlib import Path
 
 import pytest
+from conftest import tiny_llama_orca
 
 from dataset_builder.filters import MAX_CHARS, REASON_LONG, REASON_UNRATED
 from dataset_builder.readers import iter_records, read_records
@@ -332,20 +333,7 @@ def test_train_loading_of_an_empty_file_is_an_error(tmp_path):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny random llama ORCA saved as a folder (safetensors), loadable by orca-score."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from configuration_orca import OrcaConfig
-    from eval_suite.backbones import smollm2_path
-    from modeling_orca import OrcaForCorrectnessDistribution
-    from training.model import tiny_backbone_config
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    torch.manual_seed(0)
-    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=tiny_backbone_config("llama", len(tokenizer)),
-                                                      max_length=64))
+    model, tokenizer = tiny_llama_orca(max_length=64)
     folder = tmp_path_factory.mktemp("model") / "orca-tiny"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
