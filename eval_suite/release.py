@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -39,10 +38,11 @@ class ReleaseError(Exception):
 
 
 def cache_root() -> Path:
-    """Where converted judges are kept: $ORCA_CACHE_DIR, else $XDG_CACHE_HOME/orca (~/.cache/orca)."""
-    if os.environ.get("ORCA_CACHE_DIR"):
-        return Path(os.environ["ORCA_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orca"
+    """Where converted judges are kept: orca's one cache folder ($ORCA_CACHE, default ~/.cache/orca), beside the
+    converted backbones."""
+    from eval_suite.backbones import cache_dir
+
+    return cache_dir()
 
 
 def is_reference_layout(folder: Path) -> bool:

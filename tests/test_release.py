@@ -82,7 +82,7 @@ def offline_cache(hub_cache, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache["cache"]))
-    monkeypatch.setenv("ORCA_CACHE_DIR", str(tmp_path / "orca-cache"))
+    monkeypatch.setenv("ORCA_CACHE", str(tmp_path / "orca-cache"))
     return hub_cache
 
 
@@ -108,7 +108,7 @@ def orca_score(args: list[str], env: dict) -> subprocess.CompletedProcess:
 
 def test_orca_score_takes_a_released_judge_by_id_converts_it_once_and_clamps_at_its_threshold(hub_cache, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(hub_cache["cache"]),
-               ORCA_CACHE_DIR=str(tmp_path / "orca-cache"), HF_MODULES_CACHE=str(tmp_path / "modules"))
+               ORCA_CACHE=str(tmp_path / "orca-cache"), HF_MODULES_CACHE=str(tmp_path / "modules"))
     inp = write_edge_input(tmp_path / "answers.jsonl")
     args = ["--model", OLMO, "--input", str(inp), "--output-format", "reference"]
     first = orca_score([*args, "--output", str(tmp_path / "a.jsonl"), "--summary", str(tmp_path / "a.json")], env)
