@@ -248,6 +248,23 @@ def scoring_record(q: Question, answer: str, *, benchmark: str = "", answerer: s
                             "answerer": answerer, "modality": q.modality, "category": q.category})
 
 
+def answer_problem(question, qid: str, answer, benchmark: str) -> str | None:
+    """What is wrong with one submitted answer (None: nothing), checked as the record `predict` will score."""
+    if not isinstance(answer, str):
+        # null is not "missing": a missing answer is a question without a line
+        return f"'answer' must be a string, got {type(answer).__name__}"
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"answer of {len(answer)} characters, over the limit of {MAX_ANSWER_CHARS}"
+    try:  # through the one schema (e.g. a "\\ud800" escape: valid JSON, but no tokenizer takes it)
+        if question is not None:
+            scoring_record(question, answer, benchmark=benchmark)
+        else:  # only ids known: the answer is checked as a record's candidate
+            validate_record({"id": qid, "question": "-", "reference": "-", "candidate": answer})
+    except RecordError as e:
+        return f"'{'answer' if e.field == 'candidate' else e.field}' is {e.problem}"
+    return None
+
+
 def read_submission(path, questions, *, model_name: str | None = None, link: str | None = None,
                     benchmark: str = "", max_bytes: int = MAX_SUBMISSION_BYTES, where: str | None = None) -> Submission:
     """Validate one submission; raises SubmissionError listing the problems found (`file:line: ...`): at most
@@ -305,22 +322,10 @@ def read_submission(path, questions, *, model_name: str | None = None, link: str
             errors.append(f"{where}: duplicate question_id {qid!r} (first on line {first_line[qid]})")
             continue
         first_line[qid] = lineno
-        if not isinstance(answer, str):
-            # null is not "missing": a missing answer is a question without a line
-            errors.append(f"{where}: 'answer' must be a string, got {type(answer).__name__}")
-        elif len(answer) > MAX_ANSWER_CHARS:
-            errors.append(f"{where}: answer of {len(answer)} characters, over the limit of {MAX_ANSWER_CHARS}")
+        problem = answer_problem(by_id[qid], qid, answer, benchmark)
+        if problem is not None:
+            errors.append(f"{where}: {problem}")
         else:
-            try:  # the record predict will score, through the one schema (e.g. a "\\ud800" escape: valid JSON,
-                # but no tokenizer takes it)
-                if by_id[qid] is not None:
-                    scoring_record(by_id[qid], answer, benchmark=benchmark)
-                else:  # only ids known: the answer is checked as a record's candidate
-                    validate_record({"id": qid, "question": "-", "reference": "-", "candidate": answer})
-            except RecordError as e:
-                field = "answer" if e.field == "candidate" else e.field
-                errors.append(f"{where}: '{field}' is {e.problem}")
-                continue
             answers[qid] = answer
     if lines.unread is not None:
         errors.append(f"{at()}: stopped after {MAX_PROBLEMS} problems; {lines.unread} {STOPPED}")
