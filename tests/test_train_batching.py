@@ -87,6 +87,18 @@ def test_shuffled_order_of_questions_changes_with_epoch():
     assert first != second
 
 
+def test_max_group_size_puts_more_questions_in_a_batch():
+    lengths, groups = grouped_items([5] * 300)
+    whole = epoch_batches(lengths, 16, seed=0, epoch=0, groups=groups, piece=8)
+    capped = epoch_batches(lengths, 16, seed=0, epoch=0, groups=groups, piece=8, max_group_size=2)
+    assert all(len(b) == 16 for b in capped)
+    assert max(Counter(i for b in capped for i in b).values()) == 1
+    questions = lambda batches: sum(len({groups[i] for i in b}) for b in batches) / len(batches)  # noqa: E731
+    assert questions(whole) < 4.5 < 7.5 < questions(capped)  # 16 answers: 3-4 whole questions, about 8 parts of 2
+    assert capped == epoch_batches(lengths, 16, seed=0, epoch=0, groups=groups, piece=8, max_group_size=2)
+    assert capped != epoch_batches(lengths, 16, seed=0, epoch=1, groups=groups, piece=8, max_group_size=2)
+
+
 def test_piece_must_divide_batch():
     with pytest.raises(ValueError, match="multiple"):
         epoch_batches([10] * 40, 16, seed=0, epoch=0, groups=["a"] * 40, piece=6)

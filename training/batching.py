@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, groups: list | None = None,
-                  piece: int | None = None) -> list[list[int]]:
+                  piece: int | None = None, max_group_size: int | None = None) -> list[list[int]]:
     """Global batches (one per optimiser step) of similar lengths in a seeded random order: shuffle, sort within
     windows of 50 batches, shuffle the batches. Full batches only, so every step sees `batch_size` items, and the
     same items whatever the split into processes and micro-batches.
@@ -20,12 +20,13 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, gr
     groups are shuffled, sorted by mean length within windows of 50 batches and packed into pieces of `piece` items
     (the micro-batch size; default `batch_size`), whole groups first (the best fit among the next 16 groups), a
     group split over consecutive pieces only when none fits the room left; `batch_size // piece` consecutive pieces
-    make a batch and the batches are shuffled. A global batch cut into processes at multiples of `piece` keeps
+    make a batch and the batches are shuffled. `max_group_size` cuts a larger group into random parts of at most that
+    many items each epoch, so that a batch holds more questions (a more varied sample). A global batch cut into processes at multiples of `piece` keeps
     every whole-packed group on one process and in one micro-batch, and the batches do not depend on the number
     of processes."""
     rng = random.Random(seed * 100_003 + epoch)
     if groups is not None:
-        return _group_batches(lengths, groups, batch_size, piece or batch_size, rng)
+        return _group_batches(lengths, groups, batch_size, piece or batch_size, rng, max_group_size)
     order = list(range(len(lengths)))
     rng.shuffle(order)
     window = batch_size * 50
@@ -37,7 +38,8 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, gr
     return batches
 
 
-def _group_batches(lengths: list[int], groups: list, batch_size: int, piece: int, rng: random.Random) -> list[list[int]]:
+def _group_batches(lengths: list[int], groups: list, batch_size: int, piece: int, rng: random.Random,
+                   max_group_size: int | None) -> list[list[int]]:
     if batch_size % piece:
         raise ValueError(f"batch size {batch_size} is not a multiple of the piece size {piece}")
     members: dict = {}
@@ -47,6 +49,9 @@ def _group_batches(lengths: list[int], groups: list, batch_size: int, piece: int
     rng.shuffle(units)
     for unit in units:
         rng.shuffle(unit)
+    if max_group_size:
+        units = [unit[i : i + max_group_size] for unit in units for i in range(0, len(unit), max_group_size)]
+        rng.shuffle(units)
     ordered, window, start = [], batch_size * 50, 0
     while start < len(units):  # windows of about 50 batches' items, sorted by mean length (less padding)
         end, size = start, 0

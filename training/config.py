@@ -55,6 +55,9 @@ DEFAULTS: dict[str, Any] = {
         # with batching by question: a question's answers share one prefix-tree row where that is exact (causal
         # decoders pooled at the last token); no effect otherwise
         "prefix_sharing": True,
+        # with batching by question: a question's answers are cut into random parts of at most this many per epoch
+        # (more questions in a step); null keeps every question whole
+        "max_answers_per_question": None,
     },
     # data.seed drives s1/s2 generation and the splits, apart from the training seed
     # release: the annotation release's Hub dataset id (e.g. BUT-FIT/orca-audio-qa-annotations) instead of release_dir,
@@ -258,6 +261,9 @@ def check_stages(config: dict) -> None:
         raise SystemExit(f"training.lr_floor_ratio is {floor}; it must be at least 0 and below 1")
     if config["training"]["batching"] not in ("shuffled", "question"):
         raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose shuffled or question")
+    cap = config["training"]["max_answers_per_question"]
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise SystemExit(f"training.max_answers_per_question is {cap!r}; it must be a whole number of at least 1 or null")
 
 
 # ------------------------------------------------------------------------------------------------ resume

@@ -128,7 +128,7 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
 
     while go_on():
         batches = epoch_batches(inputs["lengths"], t["effective_batch_size"], cfg["seed"], state["epoch"],
-                                groups=inputs["groups"], piece=micro)
+                                groups=inputs["groups"], piece=micro, max_group_size=t["max_answers_per_question"])
         while state["batch_in_epoch"] < len(batches) and go_on():
             step_loss = train_step(accelerator, prepared_model, batches[state["batch_in_epoch"]], inputs, micro)
             state["batch_in_epoch"] += 1
