@@ -20,10 +20,10 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, gr
     groups are shuffled, sorted by mean length within windows of 50 batches and packed into pieces of `piece` items
     (the micro-batch size; default `batch_size`), whole groups first (the best fit among the next 16 groups), a
     group split over consecutive pieces only when none fits the room left; `batch_size // piece` consecutive pieces
-    make a batch and the batches are shuffled. `max_group_size` cuts a larger group into random parts of at most that
-    many items each epoch, so that a batch holds more questions (a more varied sample). A global batch cut into processes at multiples of `piece` keeps
-    every whole-packed group on one process and in one micro-batch, and the batches do not depend on the number
-    of processes."""
+    make a batch and the batches are shuffled. `max_group_size` cuts a larger group into random parts of at most
+    that many items each epoch, so that a batch holds more questions (a more varied sample). A global batch cut
+    into processes at multiples of `piece` keeps every whole-packed group on one process and in one micro-batch,
+    and the batches do not depend on the number of processes."""
     rng = random.Random(seed * 100_003 + epoch)
     if groups is not None:
         return _group_batches(lengths, groups, batch_size, piece or batch_size, rng, max_group_size)
