@@ -5,6 +5,8 @@ fully), float32, micro-batches of 8 x 2 accumulated (16 answers an optimiser ste
   questions), one padded row per answer (`training.batching.micro_batch_inputs`), the model's `forward`;
 - (b) shared prefix: `training.batching: question` and `training.prefix_sharing`: a micro-batch's answers to one
   question laid out as one prefix-tree row (`packing_orca.pack_prefix_tree`), the shared fields computed once;
+- (d) with `--max-answers-per-question k`: (b) with `training.max_answers_per_question: k` (a question's answers
+  in random parts of at most k each epoch, so that a step holds more questions; less is shared);
 - (c) naive, the reference trainer's way: `AutoModelForCausalLM` with the same LoRA, vocabulary logits at every
   position (`output_hidden_states=True` for the last hidden state), fixed batches in a seeded shuffled order without
   length sorting, the loss summed over a micro-batch.
@@ -20,7 +22,7 @@ before the path's model was built: the model, its optimiser state and the activa
 Timed: `--warmup` steps, then one whole epoch of the `--n` answers (`--steps 0`, the default: every path sees the
 same answers, in its own batches) or `--steps` steps.
 
-`dev_rho_delta`: (a) and (b) train on for `--dev-steps` steps in all (the timed steps included, same schedule) on
+`dev_rho_delta`: (a) and (b) (and (d)) train on for `--dev-steps` steps in all (the timed steps included, same schedule) on
 the EVOUNA-NQ training answers (`--dev-train-n`), then both score the validation split (`predict`); dev Spearman of (b) minus (a).
 
     .venv/bin/python benchmarks/bench_train.py --json runs/bench_train.json    # timed: one epoch of 160 MMAR / 480 EVOUNA answers
@@ -45,7 +47,8 @@ import torch  # noqa: I001
 from _common import RELEASE_TEMPLATE, PeakMemory, backbone_folder, load_line, run_info
 
 LORA = {"enabled": True, "r": 128, "alpha": 128, "dropout": 0.05, "target_modules": "auto"}
-PATHS = {"a": "today (shuffled, row per answer)", "b": "shared prefix (by question)", "c": "naive (full logits)"}
+PATHS = {"a": "today (shuffled, row per answer)", "b": "shared prefix (by question)", "c": "naive (full logits)",
+         "d": "shared prefix (by question, capped)"}
 
 
 def whole_questions(records: list[dict], n: int) -> list[dict]:
@@ -129,7 +132,7 @@ class Trainer:
             self.opt = optimizer_for(model, args.lr, args.head_lr)
             self.params = [p for p in model.parameters() if p.requires_grad]
             model.train()
-            self.share = path == "b" and training.model.unwrap_orca(model).prefix_sharing_supported
+            self.share = path in "bd" and training.model.unwrap_orca(model).prefix_sharing_supported
         self._pad, self._ratings, self._nll = pad_token_ids, pad_ratings, ratings_nll
         self.real_tokens = self.computed_tokens = 0
 
@@ -148,8 +151,9 @@ class Trainer:
         bs = 2 * self.args.micro
         if self.path == "a":
             return training.batching.epoch_batches(lengths, bs, 0, epoch)
-        if self.path == "b":
-            return training.batching.epoch_batches(lengths, bs, 0, epoch, groups=self.groups, piece=self.args.micro)
+        if self.path in "bd":
+            cap = self.args.max_answers_per_question if self.path == "d" else None
+            return training.batching.epoch_batches(lengths, bs, 0, epoch, groups=self.groups, piece=self.args.micro, max_group_size=cap)
         order = list(range(len(lengths)))
         random.Random(epoch).shuffle(order)
         return [order[i : i + bs] for i in range(0, len(order) - bs + 1, bs)]
@@ -233,7 +237,7 @@ def time_path(path: str, folder: str, token_ids, records, args, total_steps: int
                   input_tokens_per_s=timed[0] / seconds, computed_tokens_per_s=timed[1] / seconds,
                   computed_per_input=timed[1] / timed[0], peak_mib=mem.extra_mib, steps=len(losses),
                   first_loss=losses[0], last_loss=losses[-1])  # fmt: skip
-    if path == "b":
+    if path in "bd":
         result["prefix_sharing"] = trainer.share
     return result, (trainer if keep else None)
 
@@ -263,9 +267,14 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="speedups from wall time, or (on a loaded machine, with OMP_NUM_THREADS=1) from the CPU time of "
                         "the thread that trains: the work a step takes, not the wait for a core")
+    p.add_argument("--max-answers-per-question", type=int, default=None, help="adds path (d): (b) with this cap")
+    p.add_argument("--paths", default=None, help="paths timed, in order (default abc, abdc with the cap; the speedup needs b and c)")
     p.add_argument("--smoke", action="store_true", help="tiny random Llama, few items and steps (CI)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    paths = args.paths or ("abdc" if args.max_answers_per_question else "abc")
+    if "d" in paths and not args.max_answers_per_question:
+        p.error("path d needs --max-answers-per-question")
     if args.smoke:
         args.backbone, args.n, args.steps, args.warmup, args.dev_steps, args.dev_n, args.dev_train_n = "tiny-llama", 48, 2, 1, 4, 30, 48
 
@@ -289,8 +298,8 @@ def main(argv=None) -> int:
         print(f"\n{name}: {len(records)} answers to {questions} questions, {sum(map(len, token_ids)) / len(token_ids):.0f} tokens "
               f"an answer on average", flush=True)  # fmt: skip
         print(f"{'path':<36}{'steps/s':>9}{'steps/cpu-s':>12}{'input tok/s':>12}{'computed tok/s':>16}{'comp/input':>11}{'peak MiB':>10}")
-        for path in "abc":
-            dev_run = name == "evouna" and path in "ab" and args.dev_steps
+        for path in paths:
+            dev_run = name == "evouna" and path in "abd" and args.dev_steps
             total = max(args.dev_steps, args.warmup + args.steps) if dev_run else args.warmup + args.steps
             result, trainer = time_path(path, folder, token_ids, records, args, total, keep=bool(dev_run))
             result["data"] = name
@@ -304,9 +313,10 @@ def main(argv=None) -> int:
     first = args.data.split(",")[0]
     key = "steps_per_s" if args.clock == "wall" else "steps_per_cpu_s"
     rate = {r["path"]: r[key] for r in results if r["data"] == first}
-    speedup = rate["b"] / rate["c"]
-    delta = dev_rho["b"] - dev_rho["a"] if len(dev_rho) == 2 else float("nan")
-    summary = dict(train_speedup_vs_naive=speedup, today_speedup_vs_naive=rate["a"] / rate["c"], dev_rho_delta=delta,
+    speedup = rate["b"] / rate["c"] if {"b", "c"} <= set(rate) else float("nan")
+    delta = dev_rho["b"] - dev_rho["a"] if {"a", "b"} <= set(dev_rho) else float("nan")
+    summary = dict(train_speedup_vs_naive=speedup, today_speedup_vs_naive=rate["a"] / rate["c"] if {"a", "c"} <= set(rate) else float("nan"),
+                   dev_rho_delta=delta,
                    dev_spearman=dev_rho, speedup_data=first, clock=args.clock)  # fmt: skip
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

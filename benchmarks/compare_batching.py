@@ -1,5 +1,6 @@
 """Dev Spearman of `training.batching: shuffled` against `question` after the same number of optimiser steps, over
-several seeds: the evidence behind the default batching mode.
+several seeds: the evidence behind the default batching mode. A mode `question:k` is batching by question with
+`training.max_answers_per_question: k` (parts of at most k answers of a question).
 
 Each run is `train.py` itself: one stage (default: s3_evouna_nq from the quickstart configuration, all-MiniLM-L6-v2
 trained fully), `--steps` steps, one evaluation at the end on the whole dev split (no early stopping), seeds
@@ -8,7 +9,9 @@ the question at a cost a CPU affords.
 
     .venv/bin/python benchmarks/compare_batching.py                          # 3 seeds x 2 modes x 300 steps
     .venv/bin/python benchmarks/compare_batching.py --seeds 0,1,2,3,4 --steps 400 --json runs/batching.json
-Last line: `shuffled_rho=X question_rho=Y delta=Z` (means over seeds; delta = question - shuffled, paired by seed).
+    .venv/bin/python benchmarks/compare_batching.py --modes shuffled,question:2
+Last line: `shuffled_rho=X <mode>_rho=Y delta=Z` per mode (means over seeds; delta = mode - shuffled, paired by
+seed).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ def train_once(args, mode: str, seed: int, run_dir: Path) -> dict:
            "--skip_stages", json.dumps([s for s in args.all_stages if s != args.stage]),
            f"--stages.{args.stage}.max_steps", str(args.steps), "--training.eval_every", str(args.steps),
            "--training.patience", "1000", "--training.max_dev_items", str(args.max_dev_items or "null"),
-           "--training.batching", mode, "--test.compare_reference_modes", "false", "--test.baselines", "[]"]  # fmt: skip
+           "--test.compare_reference_modes", "false", "--test.baselines", "[]"]  # fmt: skip
+    batching, _, cap = mode.partition(":")
+    cmd += ["--training.batching", batching] + (["--training.max_answers_per_question", cap] if cap else [])
     if args.backbone:
         cmd += ["--model.backbone", args.backbone]
     started = time.time()
@@ -74,18 +79,20 @@ def main(argv=None) -> int:
     means = {m: statistics.mean(r["dev_spearman"] for r in runs if r["mode"] == m) for m in modes}
     stdevs = {m: statistics.stdev([r["dev_spearman"] for r in runs if r["mode"] == m]) if len(seeds) > 1 else 0.0 for m in modes}
     summary = {"mean": means, "stdev": stdevs}
-    if {"shuffled", "question"} <= set(modes):
-        by = {(r["mode"], r["seed"]): r["dev_spearman"] for r in runs}
-        deltas = [by["question", s] - by["shuffled", s] for s in seeds]
-        summary.update(deltas=deltas, delta=statistics.mean(deltas),
-                       delta_stdev=statistics.stdev(deltas) if len(deltas) > 1 else 0.0)  # fmt: skip
+    by = {(r["mode"], r["seed"]): r["dev_spearman"] for r in runs}
+    if "shuffled" in modes:  # each other mode against shuffled, paired by seed
+        for m in modes:
+            if m != "shuffled":
+                deltas = [by[m, s] - by["shuffled", s] for s in seeds]
+                summary.setdefault("delta", {})[m] = {"deltas": deltas, "mean": statistics.mean(deltas),
+                                                      "stdev": statistics.stdev(deltas) if len(deltas) > 1 else 0.0}
     for m in modes:
         print(f"{m:<9} dev spearman {means[m]:.4f} +- {stdevs[m]:.4f} (mean +- sd over {len(seeds)} seeds)")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(**run_info(args), runs=runs, summary=summary, load=load_line()), indent=1, default=str))
     print(load_line())
-    if "delta" in summary:
-        print(f"shuffled_rho={means['shuffled']:.4f} question_rho={means['question']:.4f} delta={summary['delta']:.4f}")
+    for m, delta in summary.get("delta", {}).items():
+        print(f"shuffled_rho={means['shuffled']:.4f} {m}_rho={means[m]:.4f} delta={delta['mean']:.4f}")
     return 0
 
 

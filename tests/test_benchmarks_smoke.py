@@ -52,17 +52,19 @@ def test_bench_scoring_smoke_bfloat16(shared_data, tmp_path):
 
 def test_bench_train_smoke(shared_data, tmp_path):
     out = tmp_path / "train.json"
-    lines = run("bench_train.py", "--smoke", "--json", str(out), timeout=300)
+    lines = run("bench_train.py", "--smoke", "--max-answers-per-question", "2", "--json", str(out), timeout=300)
     assert re.fullmatch(r"train_speedup_vs_naive=\d+\.\d\d dev_rho_delta=-?\d+\.\d{4}", lines[-1]), lines[-1]
     top = json.loads(out.read_text())
     assert top["package"]["name"] == "orca-judge" and top["args"]["smoke"] and top["lora"]["r"] == 128
     results = {(r["data"], r["path"]): r for r in top["results"]}
-    assert set(results) == {(d, p) for d in ("mmar", "evouna") for p in "abc"}
+    assert set(results) == {(d, p) for d in ("mmar", "evouna") for p in "abcd"}
     assert all(r["steps_per_s"] > 0 and r["steps_per_cpu_s"] > 0 and r["peak_mib"] >= 0 for r in results.values())
     assert results["mmar", "b"]["prefix_sharing"] is True
     # shared prefixes: fewer positions computed than the answers' inputs hold; one row per answer: at least as many
     assert results["mmar", "b"]["computed_per_input"] < 1 <= results["mmar", "a"]["computed_per_input"]
-    assert set(top["summary"]["dev_spearman"]) == {"a", "b"}
+    # at most 2 answers of a question together: still shared, less than whole questions (8 answers each)
+    assert results["mmar", "b"]["computed_per_input"] < results["mmar", "d"]["computed_per_input"] < 1
+    assert set(top["summary"]["dev_spearman"]) == {"a", "b", "d"}
 
 
 def test_compare_batching_smoke(tmp_path):
@@ -77,12 +79,15 @@ def test_compare_batching_smoke(tmp_path):
     config.write_text(json.dumps({"model": {"backbone": "tiny-llama"}, "lora": {"r": 4, "alpha": 4},
                                   "stages": {"s3": {"files": {k: str(v) for k, v in files.items()}, "max_steps": 2, "lr": 1e-3}}}))  # fmt: skip
     out = tmp_path / "batching.json"
-    lines = run("compare_batching.py", "--config", str(config), "--steps", "2", "--seeds", "0", "--json", str(out), timeout=600)
-    assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-1]), lines[-1]
+    lines = run("compare_batching.py", "--config", str(config), "--steps", "2", "--seeds", "0", "--modes", "shuffled,question,question:2",
+                "--json", str(out), timeout=600)  # fmt: skip
+    assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-2]), lines[-2]
+    assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question:2_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-1]), lines[-1]
     top = json.loads(out.read_text())
-    assert [(r["mode"], r["seed"]) for r in top["runs"]] == [("shuffled", 0), ("question", 0)]
+    assert [(r["mode"], r["seed"]) for r in top["runs"]] == [("shuffled", 0), ("question", 0), ("question:2", 0)]
     assert all(r["steps"] == 2 and r["dev_n"] == 8 for r in top["runs"])
-    assert top["summary"]["deltas"] == [top["runs"][1]["dev_spearman"] - top["runs"][0]["dev_spearman"]]
+    for i, mode in ((1, "question"), (2, "question:2")):
+        assert top["summary"]["delta"][mode]["deltas"] == [top["runs"][i]["dev_spearman"] - top["runs"][0]["dev_spearman"]]
 
 
 def test_bench_judge_cost_smoke(shared_data):

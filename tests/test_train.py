@@ -319,6 +319,18 @@ def test_overrides_accept_key_equals_value_and_valid_values():
     assert cfg["stages"]["s3"]["files"] == {"train": "x.jsonl"} and cfg["model"]["orca"] == {"max_length": 64}
 
 
+def test_every_key_that_defaults_to_null_declares_its_type():
+    # without a declared type, an override of such a key is checked against NoneType and refused with a KeyError
+    from training.config import DEFAULTS, KEY_TYPES, leaf_keys
+
+    unset = [k for k, v in leaf_keys(DEFAULTS).items() if v is None and not k.startswith("stages.")]
+    assert unset and [k for k in unset if k not in KEY_TYPES] == []
+    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--training.max_answers_per_question", "2"])
+    assert cfg["training"]["max_answers_per_question"] == 2
+    with pytest.raises(SystemExit, match="training.max_answers_per_question must be an integer, got 'two'"):
+        load_run_config(None, ["--model.backbone", "tiny-llama", "--training.max_answers_per_question", "two"])
+
+
 def test_docstring_examples_name_configs_that_exist_and_every_config_is_valid():
     import re
 

@@ -80,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
 KEY_TYPES: dict[str, type | tuple] = {
     "model.backbone": str, "model.revision": str, "lora.target_modules": (str, list),
     "training.head_lr": float, "training.max_dev_items": int, "training.checkpoint_every": int,
-    "training.report_to": (str, list), "test.ood_max_items": int, "data.data_dir": str, "data.release_dir": str, "data.s1_size": int,
+    "training.report_to": (str, list), "training.max_answers_per_question": int, "test.ood_max_items": int, "data.data_dir": str, "data.release_dir": str, "data.s1_size": int,
     "data.release": str, "data.release_revision": str,
 }
 # the keys of one stage (stages.NAME.KEY), with what they default to
