@@ -109,3 +109,46 @@ def test_gpu_check_cpu_smoke(shared_data, tmp_path):
     assert top["scoring"]["records"] == 40 and top["scoring"]["items_per_s"] > 0
     # bf16 really ran (scores differ a little from float32) and stays close on the rating scale
     assert 0 < top["bf16_vs_float32"]["max_abs_diff"] < 0.1 and top["bf16_vs_float32"]["records"] == 20
+
+
+def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
+    # two fake run folders: the same 40 in-domain items (one more in the second run, left out) and 30 items of one
+    # out-of-domain set, and the probe suite with different failing ids; differences checked against scipy / numpy
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from eval_suite.probes import load_probes
+
+    rng = np.random.default_rng(0)
+    human = rng.integers(1, 6, size=40)
+    probe_ids = [r["id"] for r in load_probes()]
+    runs, means = [], {}
+    for k, noise in enumerate((0.5, 2.0)):
+        run_dir = tmp_path / f"run{k}"
+        run_dir.mkdir()
+        means[k] = human + rng.normal(0, noise, size=40)
+        test = [{"id": f"t{i}", "ratings": [int(h)], "mean": float(m)} for i, (h, m) in enumerate(zip(human, means[k]))]
+        if k == 1:
+            test.append({"id": "only-here", "ratings": [3], "mean": 3.0})
+        (run_dir / "test_predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in test))
+        ood = [{"set": "nq_open_graded", "id": f"o{i}", "ratings": [int(human[i])], "mean": float(means[k][i])} for i in range(30)]
+        (run_dir / "ood_predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in ood))
+        failed = probe_ids[: 100 + 50 * k]
+        (run_dir / "metrics.json").write_text(json.dumps({"probes": {"n": len(probe_ids), "failed_ids": failed}}))
+        runs.append(run_dir)
+    out = tmp_path / "judges.json"
+    lines = run("compare_judges.py", "--runs", *map(str, runs), "--bootstrap", "200", "--json", str(out))
+    assert lines[-2] == f"judges={runs[0]},{runs[1]}"
+    assert re.fullmatch(r"run1_minus_run0: in_domain_test=[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\] "
+                        r"nq_open_graded=[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", lines[-1]), lines[-1]  # fmt: skip
+    top = json.loads(out.read_text())
+    assert top["left_out"]["in_domain_test"] == {str(runs[0]): 0, str(runs[1]): 1}
+    for set_name, n in (("in_domain_test", 40), ("nq_open_graded", 30)):
+        judges = top["sets"][set_name]
+        for k in (0, 1):
+            assert judges[str(runs[k])]["n"] == n
+            assert abs(judges[str(runs[k])]["spearman"] - spearmanr(means[k][:n], human[:n]).statistic) < 1e-12
+        low, high = judges[str(runs[1])]["diff_ci"]["spearman"]
+        assert low <= judges[str(runs[1])]["spearman"] - judges[str(runs[0])]["spearman"] <= high
+    probes = top["probes"][str(runs[1])]
+    assert abs(probes["diff"] - (-50 / len(probe_ids))) < 1e-12 and probes["diff_ci"][0] < probes["diff"] < probes["diff_ci"][1]
