@@ -35,8 +35,8 @@ def train_once(args, mode: str, seed: int, run_dir: Path) -> dict:
            f"--stages.{args.stage}.max_steps", str(args.steps), "--training.eval_every", str(args.steps),
            "--training.patience", "1000", "--training.max_dev_items", str(args.max_dev_items or "null"),
            "--test.compare_reference_modes", "false", "--test.baselines", "[]"]  # fmt: skip
-    batching, _, cap = mode.partition(":")
-    cmd += ["--training.batching", batching] + (["--training.max_answers_per_question", cap] if cap else [])
+    batching, _, cap = mode.partition(":")  # "question": whole questions; "question:k": parts of at most k
+    cmd += ["--training.batching", batching, "--training.max_answers_per_question", cap or "null"]
     if args.backbone:
         cmd += ["--model.backbone", args.backbone]
     started = time.time()
