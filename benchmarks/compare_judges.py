@@ -31,11 +31,15 @@ def run_sets(run: Path) -> dict[str, dict[str, dict]]:
     test = run / "test_predictions.jsonl"
     if not test.exists():
         raise SystemExit(f"{run}: no test_predictions.jsonl (a run that train.py finished)")
-    sets = {"in_domain_test": {p["id"]: p for p in read_jsonl(test) if p.get("ratings")}}
+    rows = [(test, "in_domain_test", p) for p in read_jsonl(test) if p.get("ratings")]
     ood = run / "ood_predictions.jsonl"
     if ood.exists():
-        for p in read_jsonl(ood):
-            sets.setdefault(p["set"], {})[p["id"]] = p
+        rows += [(ood, p["set"], p) for p in read_jsonl(ood)]
+    sets: dict[str, dict[str, dict]] = {}
+    for path, set_name, pred in rows:
+        if pred["id"] in sets.setdefault(set_name, {}):  # a second prediction for an item would replace the first
+            raise SystemExit(f"{path}: id {pred['id']!r} appears twice in set {set_name}")
+        sets[set_name][pred["id"]] = pred
     return sets
 
 

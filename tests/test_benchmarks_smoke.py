@@ -152,3 +152,9 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
         assert low <= judges[str(runs[1])]["spearman"] - judges[str(runs[0])]["spearman"] <= high
     probes = top["probes"][str(runs[1])]
     assert abs(probes["diff"] - (-50 / len(probe_ids))) < 1e-12 and probes["diff_ci"][0] < probes["diff"] < probes["diff_ci"][1]
+    # an item predicted twice in one run is refused, naming the file, not silently replaced
+    with open(runs[1] / "ood_predictions.jsonl", "a") as f:
+        f.write(json.dumps({"set": "nq_open_graded", "id": "o3", "ratings": [1], "mean": 1.0}) + "\n")
+    proc = subprocess.run([sys.executable, str(BENCH / "compare_judges.py"), "--runs", *map(str, runs)], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and f"{runs[1] / 'ood_predictions.jsonl'}: id 'o3' appears twice in set nq_open_graded" in proc.stderr
