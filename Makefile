@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv fetch-data browser test test-fast test-distributed quickstart leaderboard-demo leaderboard-app lint bench gpu-check clean
+.PHONY: venv fetch-data browser test test-fast test-distributed quickstart judge leaderboard-demo leaderboard-app lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,10 @@ test-fast: venv
 
 quickstart: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/quickstart.yaml
+
+# the Gemma 3 270M judge with the meaning items (configs/judge.yaml): better on the probes, under 90 min here
+judge: venv
+	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/judge.yaml
 
 # the two real audio-LM answer sets on MMAU test-mini, scored by the quickstart model
 leaderboard-demo: venv

@@ -1,7 +1,7 @@
-"""The final evaluation of a trained judge (train.py's last step): on dev, the reference mode and the clamping
-(the paper's protocol: tuned there, switched on only where it helps); on test, ORCA with and without that
-clamping beside the baselines; the out-of-domain sets where asked. Writes test_predictions.jsonl, ood.md and
-ood_predictions.jsonl; returns what metrics.json holds of it."""
+"""The final evaluation of a trained judge (train.py's last step): on dev, the reference mode, the calibration of
+the head (where asked) and the clamping (the paper's protocol: tuned there, switched on only where it helps); on
+test, ORCA with and without that clamping beside the baselines; the out-of-domain sets where asked. Writes
+test_predictions.jsonl, ood.md and ood_predictions.jsonl; returns what metrics.json holds of it."""
 
 from __future__ import annotations
 
@@ -40,6 +40,40 @@ def choose_clamping(config, dev_records: list[dict], dev_preds: list[dict]) -> d
         "dev_n": len(dev_records), "dev_n_clamped": tuned["clamped"]["n_clamped"],
         "dev_objective": {"unclamped": tuned["unclamped"]["objective"], "clamped": tuned["clamped"]["objective"]},
     }
+
+
+def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: list[dict], batch_size: int) -> tuple[list[dict], dict]:
+    """Fit the affine calibration of the head on dev (eval_suite.calibration), fold it into `final`'s head and keep
+    it only where it raises the dev objective the clamping uses (rho + tau - MAE). Returns the dev predictions of
+    the model as it is left and the record for metrics.json."""
+    import torch
+
+    from eval_suite.calibration import fit_affine, fold_into_head, head_outputs
+    from eval_suite.clamping import clamp_objective
+    from modeling_orca import rating_to_unit
+
+    human = [rating_to_unit(sum(r["ratings"]) / len(r["ratings"])) for r in dev_records]
+
+    def summary(preds):
+        return {"nll": sum(p["nll"] for p in preds) / len(preds),
+                **clamp_objective([rating_to_unit(p["mean"]) for p in preds], human)}
+
+    temperature, shift = fit_affine(head_outputs(dev_preds, final.config), [r["ratings"] for r in dev_records], final.config)
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"the calibration fitted on dev gave temperature {temperature}")
+    head = final.score_head
+    saved = head.weight.detach().clone(), head.bias.detach().clone()
+    fold_into_head(final, temperature, shift)
+    calibrated_preds, _ = evaluate_records(final, tokenizer, dev_records, batch_size)
+    before, after = summary(dev_preds), summary(calibrated_preds)
+    kept = before["objective"] is not None and after["objective"] is not None and after["objective"] > before["objective"]
+    if not kept:
+        with torch.no_grad():
+            head.weight.copy_(saved[0])
+            head.bias.copy_(saved[1])
+    record = {"enabled": kept, "temperature": temperature, "shift": shift, "dev_n": len(dev_records),
+              "dev": {"uncalibrated": before, "calibrated": after}}
+    return (calibrated_preds if kept else dev_preds), record
 
 
 def choose_reference_mode(final, tokenizer, dev_records: list[dict], batch_size: int) -> tuple[list[dict], dict]:
@@ -87,6 +121,12 @@ def final_evaluation(final, tokenizer, cfg: dict, dev_records: list[dict], test_
     final.config.clamp = False  # scored unclamped; the clamping is chosen on dev below
     if dev_preds is None:
         dev_preds, _ = evaluate_records(final, tokenizer, dev_records, bs)
+    if cfg["test"]["calibration"]:
+        dev_preds, cal = choose_calibration(final, tokenizer, dev_records, dev_preds, bs)
+        results["calibration"] = cal
+        print(f"calibration on dev: T = {cal['temperature']:.3f}, shift = {cal['shift']:+.3f}, MAE [0, 1] "
+              f"{cal['dev']['uncalibrated']['mae']:.4f} -> {cal['dev']['calibrated']['mae']:.4f}, "
+              + ("kept" if cal["enabled"] else "not kept (the dev objective did not rise)"))
     test_preds, results["test"]["orca"] = evaluate_records(final, tokenizer, test_records, bs, show_progress=True)
     results["clamping"] = choose_clamping(final.config, dev_records, dev_preds)
     if test_preds[0]["variance"] is not None:

@@ -158,3 +158,11 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCH / "compare_judges.py"), "--runs", *map(str, runs)], cwd=REPO,
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode != 0 and f"{runs[1] / 'ood_predictions.jsonl'}: id 'o3' appears twice in set nq_open_graded" in proc.stderr
+
+
+def test_first_examples_are_valid_scoring_input():
+    """benchmarks/first_examples.jsonl (the README's first examples) reads as orca-score reads its input."""
+    from eval_suite.scoring import read_entries
+
+    entries, blank = read_entries(REPO / "benchmarks" / "first_examples.jsonl", "raise")
+    assert blank == 0 and len(entries) == 6

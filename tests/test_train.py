@@ -183,6 +183,38 @@ def test_short_run_lowers_the_loss_and_writes_everything(tmp_path, data_files):
     assert start["event"] == "run_start" and start["versions"] == metrics["versions"] and start["config"] == metrics["config"]
 
 
+def test_calibration_is_fitted_on_dev_and_folded_into_the_saved_head(tmp_path, data_files):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from configuration_orca import OrcaConfig
+    from eval_suite.calibration import shift_direction
+    from modeling_orca import OrcaForCorrectnessDistribution
+
+    heads, metrics = [], []
+    for name, calibrate in (("plain", False), ("calibrated", True)):
+        cfg = tiny_run_config(tmp_path, data_files, name)
+        cfg["test"]["calibration"] = calibrate
+        train.run(cfg)
+        heads.append({k: v for k, v in load_file(tmp_path / name / "final" / "model.safetensors").items() if "score_head" in k})
+        metrics.append(json.loads((tmp_path / name / "metrics.json").read_text()))
+    record = metrics[1]["calibration"]
+    assert "calibration" not in metrics[0] and record["dev_n"] == 16
+    dev = record["dev"]
+    assert record["enabled"] is (dev["calibrated"]["objective"] > dev["uncalibrated"]["objective"])
+    t, shift = (record["temperature"], record["shift"]) if record["enabled"] else (1.0, 0.0)
+    weight, bias = (next(v for k, v in heads[0].items() if k.endswith(suffix)) for suffix in ("weight", "bias"))
+    d = shift_direction(OrcaConfig(score_type="multinomial")).float()
+    torch.testing.assert_close(next(v for k, v in heads[1].items() if k.endswith("weight")), weight / t)
+    torch.testing.assert_close(next(v for k, v in heads[1].items() if k.endswith("bias")), bias / t + shift * d)
+    # the test figures are the saved model's
+    final = OrcaForCorrectnessDistribution.from_pretrained(tmp_path / "calibrated" / "final")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "calibrated" / "final")
+    records = [json.loads(line) for line in Path(data_files["test"]).read_text().splitlines()]
+    saved = [json.loads(line)["mean"] for line in (tmp_path / "calibrated" / "test_predictions.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose([p["mean"] for p in final.predict(records, tokenizer)], saved, atol=1e-5)
+
+
 def test_resume_continues_exactly(tmp_path, data_files, monkeypatch):
     straight = tiny_run_config(tmp_path, data_files, "straight", checkpoint_every=10)
     train.run(straight)
