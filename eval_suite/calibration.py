@@ -40,9 +40,10 @@ def shift_direction(config) -> torch.Tensor:
 
 
 def fit_affine(logits: torch.Tensor, ratings: list[list[int]], config, max_iter: int = 200) -> tuple[float, float]:
-    """(T, s) minimising the summed NLL of `ratings` under the head outputs `logits` / T + s * shift_direction
-    (L-BFGS, float64). Two numbers, not a bias per output: a free bias per Multinomial rating reorders items whose
-    distributions differ in shape, and costs ranking for what it gains in MAE."""
+    """(T, s) minimising the mean NLL of `ratings` under the head outputs `logits` / T + s * shift_direction (the
+    model's own `ratings_nll`; L-BFGS on float64 parameters). Two numbers, not a bias per output: a free bias per
+    Multinomial rating reorders items whose distributions differ in shape, and costs ranking for what it gains in
+    MAE."""
     target = pad_ratings(ratings)
     logits = logits.detach().to(torch.float64)
     direction = shift_direction(config)
