@@ -43,7 +43,7 @@ test-fast: venv
 quickstart: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/quickstart.yaml
 
-# the Gemma 3 270M judge with the meaning items (configs/judge.yaml): better on the probes, under 90 min here
+# the Gemma 3 270M judge with the meaning items (configs/judge.yaml): better on the probes, about an hour here
 judge: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/judge.yaml
 

@@ -72,7 +72,7 @@ DEFAULTS: dict[str, Any] = {
     "skip_stages": [],
     # ood: also score the out-of-domain sets (eval_suite.report.ood_evaluation), with ood_bootstrap resamples, at most
     # ood_max_items (a seeded sample) of each set; probes: also the probe suite (eval_suite.probes); calibration: fit
-    # z -> z / T + b of the head's outputs on dev and fold it into the head where it helps (eval_suite.calibration)
+    # z -> z / T + s * d of the head's outputs on dev and fold it into the head where it helps (eval_suite.calibration)
     "test": {"baselines": ["exact_match", "contains", "token_f1"], "compare_reference_modes": True, "ood": False,
              "ood_bootstrap": 1000, "ood_max_items": None, "probes": False, "calibration": False},
 }
