@@ -105,8 +105,8 @@ def test_calibration_is_kept_where_it_helps_dev_and_undone_exactly_where_it_does
     from eval_suite.final_eval import choose_calibration, evaluate_records
 
     model, tokenizer = tiny_llama_orca()
-    # a head whose items differ along one axis of quality, as a trained judge's do (a random head's differ in shape,
-    # which any shift reorders); humans agree with its order but rate everything higher than its means of about 3
+    # a head whose items differ along one axis of quality, as a trained judge's mostly do (a random head's differ in
+    # shape, which a shift can reorder); humans agree with its order but rate everything higher than its means of 3
     with torch.no_grad():
         axis = shift_direction(model.config).float()
         model.score_head.weight.copy_(30 * axis[:, None] * model.score_head.weight[:1])
