@@ -59,8 +59,8 @@ def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: lis
                 **clamp_objective([rating_to_unit(p["mean"]) for p in preds], human)}
 
     temperature, shift = fit_affine(head_outputs(dev_preds, final.config), [r["ratings"] for r in dev_records], final.config)
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"the calibration fitted on dev gave temperature {temperature}")
+    if not (math.isfinite(temperature) and math.isfinite(shift)):  # T = exp(log T) is positive by construction
+        raise ValueError(f"the calibration fitted on dev gave temperature {temperature}, shift {shift}")
     head = final.score_head
     saved = head.weight.detach().clone(), head.bias.detach().clone()
     fold_into_head(final, temperature, shift)
