@@ -3,8 +3,7 @@
 The same value written another way is right ("1945", "nineteen forty-five", "in 1945"; "3", "three", "3 times";
 "12 km", "twelve kilometres", "12,000 metres"; a date in another format or inside a longer sentence; a surname
 for a full name). A value off by one (the year before, one count more, the next day), the right number with
-another unit ("12 miles" for 12 km) and a tenfold slip are wrong. A measure converted to another unit is right
-("about 7.5 miles", "an hour and a half", "86 °F"); converted the wrong way round it is wrong. Under-specific answers (the decade for a year,
+another unit ("12 miles" for 12 km) and a tenfold slip are wrong. Under-specific answers (the decade for a year,
 the month for a date, the first name for a full name) are where raters disagree. Names are invented, as in
 :mod:`dataset_builder.synthetic`.
 """
@@ -98,43 +97,6 @@ _MEASURE_QUESTIONS = {
 }
 
 
-def _amount(x: float) -> str:
-    """A converted amount as people write it: whole numbers with thousands separators, others to one decimal (two
-    below 1), 'about' where the rounding changed the value."""
-    if abs(x - round(x)) < 1e-9:
-        return f"{round(x):,}"
-    digits = 2 if abs(x) < 1 else 1
-    shown = f"{x:,.{digits}f}".rstrip("0").rstrip(".")
-    return shown if abs(float(shown.replace(",", "")) - x) < 1e-9 else f"about {shown}"
-
-
-def _clock(n: int, big: str, small: str) -> list[str]:
-    """n minutes (seconds) in hours (minutes): '1 hour and 30 minutes', 'an hour and a half', '0.5 hours'."""
-    out = [f"{_amount(n / 60)} {big}s"]
-    if n > 60:
-        out.append(f"1 {big} and {n - 60} {small}s" if n != 61 else f"1 {big} and 1 {small}")
-    art = "an" if big == "hour" else "a"
-    out += {15: [f"a quarter of {art} {big}"], 30: [f"half {art} {big}"], 45: [f"three quarters of {art} {big}"],
-            60: [f"{art} {big}", f"one {big}"], 90: [f"{art} {big} and a half", f"one and a half {big}s"]}.get(n, [])
-    return out
-
-
-# The same measure in another unit (right) and the slip of converting the wrong way (wrong): "12 km" is
-# "about 7.5 miles", not "about 19.3 miles"; "30 °C" is "86 °F", not "62 °F" (the factor forgotten).
-_CONVERSIONS = {
-    "km": (lambda n: [f"{_amount(n * 0.621371)} miles"], lambda n: [f"{_amount(n * 1.609344)} miles"]),
-    "kg": (lambda n: [f"{_amount(n * 2.20462)} pounds"], lambda n: [f"{_amount(n * 0.453592)} pounds"]),
-    "min": (lambda n: _clock(n, "hour", "minute"), lambda n: [f"{n * 60:,} hours"]),
-    "s": (lambda n: _clock(n, "minute", "second"), lambda n: [f"{n * 60:,} minutes"]),
-    "Hz": (lambda n: [f"{n / 1000:g} kHz", f"{n / 1000:g} kilohertz"], lambda n: [f"{n * 1000:,} kHz"]),
-    "BPM": (lambda n: [f"{_amount(n / 60)} beats per second"], lambda n: [f"{n * 60:,} beats per second"]),
-    "dB": (lambda n: [], lambda n: []),
-    "°C": (lambda n: [f"{_amount(n * 9 / 5 + 32)} °F", f"{_amount(n * 9 / 5 + 32)} degrees Fahrenheit",
-                      f"{n + 273.15:.2f} kelvin"],
-           lambda n: [f"{n + 32} °F", f"{n + 32} degrees Fahrenheit"]),
-}
-
-
 def _measure_forms(n: int, key: str) -> list[str]:
     sing, plural, symbol, other, _, _ = UNITS[key]
     name = sing if n == 1 else plural
@@ -152,13 +114,8 @@ def measure_question(rng: random.Random) -> MeaningQuestion:
     pools = {"exact": [(forms[0], "frame")], "format": [(x, "frame") for x in right],
              "off_by_one": [(x, "frame") for d in (-1, 1) for x in _measure_forms(n + d, key)[:2]],
              "other_unit": [(f"{n} {wrong_unit}", "frame")], "tenfold": [(_measure_forms(n * 10, key)[0], "frame")]}
-    converted, misconverted = (f(n) for f in _CONVERSIONS[key])
-    pools |= {"convert": [(x, "frame") for x in converted], "misconvert": [(x, "frame") for x in misconverted]}
     question = template.format(t=_coin(rng))
     reference = [forms[0] if rng.random() < 0.5 else forms[1]]
-    spoken = [x for x, _ in pools["convert"] if key in ("min", "s") and not x.startswith("about")]
-    if spoken and rng.random() < 0.5:  # "one and a half minutes" [reference], "90 seconds" [candidate]
-        reference = [rng.choice(spoken)]
     return MeaningQuestion(question, reference, modality, category, f"format:{key}", {"frame": frame}, pools)
 
 

@@ -22,26 +22,25 @@ from .synthetic import _FILLERS, make_panel, panel_ratings
 
 QUALITY = {
     "exact": 5.0, "synonym": 4.8, "derived": 4.8, "format": 4.8, "longer": 4.7, "affirm": 4.6,   # right
-    "convert": 4.6,
     "similar": 3.8, "hypernym": 3.0, "under_specific": 3.0, "hedge": 2.3, "general": 2.0,     # raters disagree
     "negation": 1.2, "reject": 1.2, "other_unit": 1.2, "off_by_one": 1.1, "cohyponym": 1.1,  # wrong
-    "antonym": 1.0, "antonym_similar": 1.2, "tenfold": 1.0, "misconvert": 1.2,
+    "antonym": 1.0, "antonym_similar": 1.2, "tenfold": 1.0,
 }
 AMBIGUOUS = {"similar", "hypernym", "under_specific", "hedge", "general"}
 # How often a mode is drawn when the question has it: the hard negatives and the paraphrases dominate.
 WEIGHT = {"exact": 1.0, "synonym": 3.0, "derived": 3.0, "format": 3.0, "longer": 1.0, "affirm": 0.3, "similar": 0.8,
           "hypernym": 1.0, "under_specific": 1.0, "hedge": 0.3, "general": 0.5, "negation": 0.3, "reject": 0.5,
           "other_unit": 1.0, "off_by_one": 2.5, "cohyponym": 2.0, "antonym": 3.0, "antonym_similar": 1.0,
-          "tenfold": 0.5, "convert": 3.0, "misconvert": 1.5}
-_WRONG_POOLS = ("antonym", "cohyponym", "off_by_one", "other_unit", "misconvert")
-_RIGHT_POOLS = ("exact", "synonym", "derived", "format", "convert")
+          "tenfold": 0.5}
+_WRONG_POOLS = ("antonym", "cohyponym", "off_by_one", "other_unit")
+_RIGHT_POOLS = ("exact", "synonym", "derived", "format")
 
 # Question families and their weights: the lexical ones (WordNet) and the format ones.
 FAMILIES = [(lambda rng, d=d: lexical.concept_question(d, rng), w) for d, w in
             (("instrument", 3), ("emotion", 3), ("animal", 2), ("colour", 1), ("vehicle", 1), ("sound", 2),
              ("place", 1))] + [
     (lexical.attribute_question, 3), (lexical.capital_question, 2), (formats.year_question, 2), (formats.count_question, 2),
-    (formats.measure_question, 4), (formats.date_question, 1), (formats.name_question, 1)]
+    (formats.measure_question, 2), (formats.date_question, 1), (formats.name_question, 1)]
 
 _STYLE_ANSWERER = {"short": "sim-span", "sentence": "sim-sentence", "long": "sim-verbose"}
 
