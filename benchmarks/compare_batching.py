@@ -1,6 +1,8 @@
 """Dev Spearman of `training.batching: shuffled` against `question` after the same number of optimiser steps, over
 several seeds: the evidence behind the default batching mode. A mode `question:k` is batching by question with
-`training.max_answers_per_question: k` (parts of at most k answers of a question).
+`training.max_answers_per_question: k` (parts of at most k answers of a question); `MODE@N` trains that mode N steps
+instead of `--steps`, for comparisons at equal wall time (N from the modes' measured seconds a step; each run's
+training seconds are in the results, so a reader sees whether the times match).
 
 Each run is `train.py` itself: one stage (default: s3_evouna_nq from the quickstart configuration, all-MiniLM-L6-v2
 trained fully), `--steps` steps, one evaluation at the end on the whole dev split (no early stopping), seeds
@@ -10,6 +12,8 @@ the question at a cost a CPU affords.
     .venv/bin/python benchmarks/compare_batching.py                          # 3 seeds x 2 modes x 300 steps
     .venv/bin/python benchmarks/compare_batching.py --seeds 0,1,2,3,4 --steps 400 --json runs/batching.json
     .venv/bin/python benchmarks/compare_batching.py --modes shuffled,question:2
+    .venv/bin/python benchmarks/compare_batching.py --config configs/judge.yaml --stage s2 --steps 25 \
+        --modes shuffled,question@100                                       # equal wall time on Gemma 3 270M
 Last line: `shuffled_rho=X <mode>_rho=Y delta=Z` per mode (means over seeds; delta = mode - shuffled, paired by
 seed).
 """
@@ -30,12 +34,15 @@ from _common import REPO, load_line, run_info
 
 
 def train_once(args, mode: str, seed: int, run_dir: Path) -> dict:
+    mode_name, _, mode_steps = mode.partition("@")
+    steps = int(mode_steps or args.steps)
     cmd = [sys.executable, str(REPO / "train.py"), "--config", args.config, "--run_dir", str(run_dir), "--seed", str(seed),
            "--skip_stages", json.dumps([s for s in args.all_stages if s != args.stage]),
-           f"--stages.{args.stage}.max_steps", str(args.steps), "--training.eval_every", str(args.steps),
+           f"--stages.{args.stage}.max_steps", str(steps), "--training.eval_every", str(steps),
            "--training.patience", "1000", "--training.max_dev_items", str(args.max_dev_items or "null"),
-           "--test.compare_reference_modes", "false", "--test.baselines", "[]"]  # fmt: skip
-    batching, _, cap = mode.partition(":")  # "question": whole questions; "question:k": parts of at most k
+           "--test.compare_reference_modes", "false", "--test.baselines", "[]", "--test.ood", "false",
+           "--test.probes", "false", "--test.calibration", "false"]  # fmt: skip
+    batching, _, cap = mode_name.partition(":")  # "question": whole questions; "question:k": parts of at most k
     cmd += ["--training.batching", batching, "--training.max_answers_per_question", cap or "null"]
     if args.backbone:
         cmd += ["--model.backbone", args.backbone]
@@ -45,7 +52,8 @@ def train_once(args, mode: str, seed: int, run_dir: Path) -> dict:
         raise SystemExit(f"train.py failed ({mode}, seed {seed}):\n{proc.stderr[-3000:]}")
     stage = json.loads((run_dir / "metrics.json").read_text())["stages"][args.stage]
     return {"mode": mode, "seed": seed, "dev_spearman": stage["dev"]["spearman"], "dev_n": stage["dev"].get("n"),
-            "steps": stage["steps"], "seconds": round(time.time() - started, 1)}  # fmt: skip
+            "steps": stage["steps"], "train_seconds": stage["train_seconds"],
+            "seconds": round(time.time() - started, 1)}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -75,7 +83,8 @@ def main(argv=None) -> int:
         for future in futures:
             run = future.result()
             runs.append(run)
-            print(f"{run['mode']:<9} seed {run['seed']}: dev spearman {run['dev_spearman']:.4f} ({run['seconds']:.0f} s)", flush=True)
+            print(f"{run['mode']:<9} seed {run['seed']}: dev spearman {run['dev_spearman']:.4f} ({run['steps']} steps, "
+                  f"{run['train_seconds']:.0f} s training, {run['seconds']:.0f} s in all)", flush=True)
     means = {m: statistics.mean(r["dev_spearman"] for r in runs if r["mode"] == m) for m in modes}
     stdevs = {m: statistics.stdev([r["dev_spearman"] for r in runs if r["mode"] == m]) if len(seeds) > 1 else 0.0 for m in modes}
     summary = {"mean": means, "stdev": stdevs}

@@ -79,14 +79,15 @@ def test_compare_batching_smoke(tmp_path):
     config.write_text(json.dumps({"model": {"backbone": "tiny-llama"}, "lora": {"r": 4, "alpha": 4},
                                   "stages": {"s3": {"files": {k: str(v) for k, v in files.items()}, "max_steps": 2, "lr": 1e-3}}}))  # fmt: skip
     out = tmp_path / "batching.json"
-    lines = run("compare_batching.py", "--config", str(config), "--steps", "2", "--seeds", "0", "--modes", "shuffled,question,question:2",
+    lines = run("compare_batching.py", "--config", str(config), "--steps", "2", "--seeds", "0", "--modes", "shuffled,question,question:2@3",
                 "--json", str(out), timeout=600)  # fmt: skip
     assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-2]), lines[-2]
-    assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question:2_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-1]), lines[-1]
+    assert re.fullmatch(r"shuffled_rho=-?\d\.\d{4} question:2@3_rho=-?\d\.\d{4} delta=-?\d\.\d{4}", lines[-1]), lines[-1]
     top = json.loads(out.read_text())
-    assert [(r["mode"], r["seed"]) for r in top["runs"]] == [("shuffled", 0), ("question", 0), ("question:2", 0)]
-    assert all(r["steps"] == 2 and r["dev_n"] == 8 for r in top["runs"])
-    for i, mode in ((1, "question"), (2, "question:2")):
+    assert [(r["mode"], r["seed"]) for r in top["runs"]] == [("shuffled", 0), ("question", 0), ("question:2@3", 0)]
+    assert [r["steps"] for r in top["runs"]] == [2, 2, 3]  # `@3`: that mode's own step count
+    assert all(r["dev_n"] == 8 and 0 < r["train_seconds"] <= r["seconds"] for r in top["runs"])
+    for i, mode in ((1, "question"), (2, "question:2@3")):
         assert top["summary"]["delta"][mode]["deltas"] == [top["runs"][i]["dev_spearman"] - top["runs"][0]["dev_spearman"]]
 
 

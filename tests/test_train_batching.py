@@ -173,3 +173,27 @@ def test_training_with_shared_prefixes_equals_training_without(tmp_path, monkeyp
     for name, value in runs[False][1].items():
         torch.testing.assert_close(runs[True][1][name], value, rtol=1e-4, atol=1e-5, msg=name)
     assert len(set(runs[True][0])) == 6  # the model learned between steps: not a comparison of two untouched models
+
+
+@pytest.mark.parametrize("backbone, pooling, sharing, question_ids, expected", [
+    ("tiny-llama", "last", True, ["q1", "q1", "q2"], "question"),   # a decoder and questions of several answers
+    ("tiny-gemma3", "last", True, ["q1", "q2", "q2"], "question"),
+    ("tiny-llama", "last", True, ["q1", "q2", "q3"], "shuffled"),   # one answer a question: nothing to share
+    ("tiny-llama", "last", True, [None, None, None], "shuffled"),
+    ("tiny-llama", "last", False, ["q1", "q1", "q2"], "shuffled"),  # sharing switched off
+    ("tiny-llama", "mean", True, ["q1", "q1", "q2"], "shuffled"),   # mean pooling: a shared row is not exact
+    ("tiny-bert", "cls", True, ["q1", "q1", "q2"], "shuffled"),     # an encoder sees what follows
+])  # fmt: skip
+def test_auto_batching_takes_questions_where_their_answers_share_prefixes(backbone, pooling, sharing, question_ids, expected):
+    import training.config
+    from training.model import build_model
+    from training.stages import batching_mode
+
+    cfg = training.config.load_run_config(None, ["--model.backbone", backbone, "--model.pooling", pooling])
+    assert cfg["training"]["batching"] == "auto"  # the default
+    cfg["training"]["prefix_sharing"] = sharing
+    model, _ = build_model(cfg)
+    records = [{"id": str(i), "question_id": q} for i, q in enumerate(question_ids)]
+    assert batching_mode(cfg["training"], model, records) == expected
+    for mode in ("shuffled", "question"):  # asked for by name: taken as asked
+        assert batching_mode(dict(cfg["training"], batching=mode), model, records) == mode

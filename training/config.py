@@ -50,8 +50,9 @@ DEFAULTS: dict[str, Any] = {
         # trackers through accelerate: "tensorboard", "wandb", "mlflow", ... (installed), a list of them, or "none"
         "report_to": "tensorboard",
         # "shuffled": batches of similar lengths from all questions; "question": a question's answers together
-        # (faster with prefix_sharing, but 0.024 lower dev Spearman at equal steps: benchmarks/compare_batching.py)
-        "batching": "shuffled",
+        # (faster with prefix_sharing; 0.024 lower dev Spearman at equal steps, higher at equal wall time:
+        # benchmarks/compare_batching.py); "auto": question where the answers share prefixes, shuffled elsewhere
+        "batching": "auto",
         # with batching by question: a question's answers share one prefix-tree row where that is exact (causal
         # decoders pooled at the last token); no effect otherwise
         "prefix_sharing": True,
@@ -260,8 +261,8 @@ def check_stages(config: dict) -> None:
     floor = config["training"]["lr_floor_ratio"]
     if not 0 <= floor < 1:  # transformers' schedule (training/schedule.py) decays from the peak to a lower floor
         raise SystemExit(f"training.lr_floor_ratio is {floor}; it must be at least 0 and below 1")
-    if config["training"]["batching"] not in ("shuffled", "question"):
-        raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose shuffled or question")
+    if config["training"]["batching"] not in ("auto", "shuffled", "question"):
+        raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose auto, shuffled or question")
     cap = config["training"]["max_answers_per_question"]
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise SystemExit(f"training.max_answers_per_question is {cap!r}; it must be a whole number of at least 1 or null")

@@ -36,6 +36,18 @@ def main_process_value(accelerator, value):
     return broadcast_object_list([value], from_process=0)[0] if accelerator.num_processes > 1 else value
 
 
+def batching_mode(t: dict, model, records: list[dict]) -> str:
+    """`training.batching` resolved: `auto` batches whole questions where their answers share one prefix-tree row
+    (causal decoders pooled at the last token, `prefix_sharing` on, questions with several answers): as good at
+    equal wall time and faster (docs/training-speed.md); elsewhere nothing would be shared, and shuffled batches
+    rank better at equal steps."""
+    if t["batching"] != "auto":
+        return t["batching"]
+    shares = t["prefix_sharing"] and unwrap_orca(model).prefix_sharing_supported
+    keys = [r.get("question_id") for r in records if r.get("question_id")]
+    return "question" if shares and len(set(keys)) < len(keys) else "shuffled"
+
+
 def stage_inputs(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, world: int) -> dict:
     """The stage's rated training items tokenized, their lengths and groups, its dev sample, the pad id."""
     t = cfg["training"]
@@ -52,8 +64,10 @@ def stage_inputs(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict
         config = copy.deepcopy(config)
         config.max_length = stage["max_length"]
     token_ids = tokenize_records(records, tokenizer, config)
-    groups = [r.get("question_id") or r["id"] for r in records] if t["batching"] == "question" else None
+    batching = batching_mode(t, model, records)
+    groups = [r.get("question_id") or r["id"] for r in records] if batching == "question" else None
     return {
+        "batching": batching,
         "records": records, "token_ids": token_ids, "lengths": [len(ids) for ids in token_ids], "groups": groups,
         # a question's answers in one micro-batch share one prefix-tree row: exact (see packing_orca.pack_prefix_tree)
         "share": bool(groups and t["prefix_sharing"] and unwrap_orca(model).prefix_sharing_supported),
@@ -157,7 +171,8 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
     bar.close()
-    return finish_stage(accelerator, prepared_model, progress, stage_dir, started, deadline, max_steps)
+    summary = finish_stage(accelerator, prepared_model, progress, stage_dir, started, deadline, max_steps)
+    return {**summary, "batching": inputs["batching"], "prefix_sharing": inputs["share"]}
 
 
 def finish_stage(accelerator, model, progress: StageProgress, stage_dir: Path, started: float, deadline, max_steps: int) -> dict:
