@@ -12,7 +12,7 @@ the question at a cost a CPU affords.
     .venv/bin/python benchmarks/compare_batching.py                          # 3 seeds x 2 modes x 300 steps
     .venv/bin/python benchmarks/compare_batching.py --seeds 0,1,2,3,4 --steps 400 --json runs/batching.json
     .venv/bin/python benchmarks/compare_batching.py --modes shuffled,question:2
-    .venv/bin/python benchmarks/compare_batching.py --config configs/judge.yaml --stage s2 --steps 25 \
+    .venv/bin/python benchmarks/compare_batching.py --config configs/judge.yaml --stage s2 --steps 40 \
         --modes shuffled,question@100                                       # equal wall time on Gemma 3 270M
 Last line: `shuffled_rho=X <mode>_rho=Y delta=Z` per mode (means over seeds; delta = mode - shuffled, paired by
 seed).
