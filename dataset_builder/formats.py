@@ -157,3 +157,72 @@ def name_question(rng: random.Random) -> MeaningQuestion:
     frames = {"by": f"{title} was written by {{x}}.", "text": "{x}"}
     question = f"who wrote {title.lower()}" if rng.random() < 0.5 else f"Who wrote {title}?"
     return MeaningQuestion(question, [full], "text", "literature", "format:name", frames, pools)
+
+
+# Musical keys: the same key written another way is right ("E-flat major", "E♭ major", "Eb major", "Ebm" for E-flat
+# minor); the other mode of the same tonic is its opposite ("A major" for A minor), another tonic of the same mode is
+# a same-kind wrong answer, a semitone off is a near miss, and the enharmonic spelling ("D-sharp minor" for E-flat
+# minor) is where raters disagree. E-sharp, B-sharp, F-flat and C-flat are left out: they read as other keys.
+_ACCIDENTALS = {"": ("", "", "", ""), "flat": ("-flat", " flat", "♭", "b"), "sharp": ("-sharp", " sharp", "♯", "#")}
+_LETTERS = "CDEFGAB"
+_SEMITONE = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
+
+
+def _key_spellings(letter: str, accidental: str, mode: str) -> list[str]:
+    word, spaced, symbol, ascii_ = _ACCIDENTALS[accidental]
+    forms = [f"{letter}{word} {mode}", f"{letter}{spaced} {mode}", f"{letter}{symbol} {mode}",
+             f"{letter}{ascii_} {mode}", f"{letter}{ascii_} {mode[:3]}"]
+    if mode == "minor":
+        forms.append(f"{letter}{ascii_}m")
+    return list(dict.fromkeys(forms))
+
+
+def _valid_key(letter: str, accidental: str) -> bool:
+    return (letter + accidental) not in ("Esharp", "Bsharp", "Fflat", "Cflat")
+
+
+def _enharmonic(letter: str, accidental: str) -> tuple[str, str] | None:
+    if not accidental:
+        return None
+    pitch = (_SEMITONE[letter] + (1 if accidental == "sharp" else -1)) % 12
+    for other in _LETTERS:
+        for acc in ("flat", "sharp"):
+            if acc != accidental and (_SEMITONE[other] + (1 if acc == "sharp" else -1)) % 12 == pitch:
+                return other, acc
+    return None
+
+
+_KEY_QUESTIONS = ["What key is the {t} piece written in?", "In which key does the {t} ensemble play the piece?",
+                  "Name the key of the {t} recording.", "what key is the {t} sonata in"]
+_MODE_QUESTIONS = ["Is the {t} track in a major or a minor key?", "Does the {t} piece use a major or a minor mode?"]
+
+
+def key_question(rng: random.Random) -> MeaningQuestion:
+    mode = rng.choice(["major", "minor"])
+    other_mode = "minor" if mode == "major" else "major"
+    if rng.random() < 0.3:  # the mode alone
+        pools = {"exact": [(mode, "mode")], "format": [(f"a {mode} key", "text"), (f"in {mode}", "text"),
+                                                        (f"the {mode} mode", "mode")],
+                 "longer": [(f"It is in a {mode} key, as the opening chords make clear.", "text")],
+                 "antonym": [(other_mode, "mode"), (f"a {other_mode} key", "text")]}
+        frames = {"mode": "The piece is in {x}.", "text": "{x}"}
+        return MeaningQuestion(rng.choice(_MODE_QUESTIONS).format(t=_coin(rng)), [mode], "music", "key",
+                               "format:key", frames, pools)
+    letter = rng.choice(_LETTERS)
+    accidental = rng.choices(["", "flat", "sharp"], weights=[0.6, 0.25, 0.15])[0]
+    if not _valid_key(letter, accidental):
+        accidental = ""
+    forms = _key_spellings(letter, accidental, mode)
+    semitone = [(letter, a) for a in _ACCIDENTALS if a != accidental and _valid_key(letter, a)]
+    others = rng.sample([x for x in _LETTERS if x != letter], 2)
+    enharmonic = _enharmonic(letter, accidental)
+    pools = {"exact": [(forms[0], "in")], "format": [(x, "in") for x in forms[1:]] + [(f"the key of {forms[0]}", "in")],
+             "longer": [(f"It is written in {rng.choice(forms[:3])}, which suits the strings.", "text")],
+             "antonym": [(x, "in") for x in _key_spellings(letter, accidental, other_mode)[:3]],
+             "cohyponym": [(_key_spellings(x, "", mode)[0], "in") for x in others],
+             "off_by_one": [(_key_spellings(x, a, mode)[0], "in") for x, a in semitone],
+             "similar": [(_key_spellings(*enharmonic, mode)[0], "in")] if enharmonic else [],
+             "under_specific": [(mode, "in"), (f"a {mode} key", "text")]}
+    frames = {"in": "The piece is in {x}.", "text": "{x}"}
+    return MeaningQuestion(rng.choice(_KEY_QUESTIONS).format(t=_coin(rng)), [forms[0]], "music", "key", "format:key",
+                           frames, pools)

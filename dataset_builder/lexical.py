@@ -96,11 +96,25 @@ ATTRIBUTES = [
     ("Does the speaker sound sad or glad?", "The speaker sounds {x}.", "speech", "speaker emotion", ("sad", "glad")),
 ]
 
+# The mood of a piece of music, for the music meaning items (dataset_builder.meaning.MUSIC_FAMILIES).
+MUSIC_MOODS = [
+    ("Which mood best describes the recording?", "The music sounds {x}.", "music", "music mood", ("cheerful", "cheerless")),
+    ("How does the track feel?", "The track feels {x}.", "music", "music mood", ("calm", "stormy")),
+    ("What character does the performance have?", "The performance is {x}.", "music", "music mood",
+     ("energetic", "lethargic")),
+    ("What is the emotional tone of the piece?", "The piece sounds {x}.", "music", "music mood", ("tense", "relaxed")),
+    ("What is the emotional tone of the piece?", "The piece sounds {x}.", "music", "music mood", ("sad", "glad")),
+]
+
 
 # Words WordNet puts in a seed's synset that, given as the answer, name something else to a listener (a cornet is
 # another instrument, "a machine" is not "a car", a roar is not thunder): neither right nor used.
 NOT_SYNONYMS = frozenset({"machine", "wheel", "trump", "eggbeater", "bowl", "roar", "roaring", "boom", "cornet",
                           "marimba", "toad", "toad frog", "step", "jitney", "charabanc", "double-decker"})
+
+
+# Misspellings in WordNet's word lists ("unenrgetic" for unenergetic): never used as an answer.
+MISSPELT = frozenset({"unenrgetic"})
 
 
 def _descends(wn: WordNet, synset: Synset, anchor: Synset, depth: int = 14) -> bool:
@@ -201,9 +215,9 @@ def attribute(word: str, antonym: str) -> Adjective:
     wn = default_wordnet()
     s, a = _adj_synset(wn, word, antonym)
     sims = [w for sat in wn.related(s, "&") for w in sat.words if wn.is_common(w, sat)]
-    anti = [w for w in a.words if w != antonym] + [w for sat in wn.related(a, "&") for w in sat.words
-                                                   if wn.is_common(w, sat)]
-    syn = [w for w in s.words if w != word]
+    anti = [w for w in a.words if w != antonym and w not in MISSPELT] + [
+        w for sat in wn.related(a, "&") for w in sat.words if wn.is_common(w, sat)]
+    syn = [w for w in s.words if w != word and w not in MISSPELT]
     return Adjective(word, tuple(syn), tuple(dict.fromkeys(x for x in sims if x not in syn and x != word)), antonym,
                      tuple(dict.fromkeys(x for x in anti if x not in (word, *syn))))
 
@@ -262,8 +276,8 @@ def _is_mass(d: Domain, name: str, concepts: dict[str, Concept]) -> bool:
     return any(concepts[s].name == name for s in d.mass)
 
 
-def attribute_question(rng: random.Random) -> MeaningQuestion:
-    question, frame, modality, category, pair = rng.choice(ATTRIBUTES)
+def attribute_question(rng: random.Random, table: list = ATTRIBUTES) -> MeaningQuestion:
+    question, frame, modality, category, pair = rng.choice(table)
     right, wrong = pair if rng.random() < 0.5 else pair[::-1]
     a = attribute(right, wrong)
     pools = {"exact": [(a.word, "adj")], "synonym": [(x, "adj") for x in a.synonyms],

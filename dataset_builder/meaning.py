@@ -41,6 +41,9 @@ FAMILIES = [(lambda rng, d=d: lexical.concept_question(d, rng), w) for d, w in
              ("place", 1))] + [
     (lexical.attribute_question, 3), (lexical.capital_question, 2), (formats.year_question, 2), (formats.count_question, 2),
     (formats.measure_question, 2), (formats.date_question, 1), (formats.name_question, 1)]
+# Music questions (keys and moods), a set of their own so that the meaning items above stay as they were measured.
+MUSIC_FAMILIES = [(formats.key_question, 3), (lambda rng: lexical.attribute_question(rng, lexical.MUSIC_MOODS), 2)]
+FAMILY_SETS = {"meaning": FAMILIES, "music": MUSIC_FAMILIES}
 
 _STYLE_ANSWERER = {"short": "sim-span", "sentence": "sim-sentence", "long": "sim-verbose"}
 
@@ -104,13 +107,16 @@ def _draw_modes(q: lexical.MeaningQuestion, k: int, rng: random.Random) -> list[
 
 
 def generate_meaning(size: int = 5_000, *, seed: int = 0, answers_per_question: int = 4, panel_size: int = 24,
-                     counts: Counter | None = None) -> list[dict]:
-    """``size`` rated meaning records (stage s1). ``counts``, when given, gets one count per (family, mode)."""
-    rng = random.Random(f"orca-s1-meaning:{seed}")
+                     counts: Counter | None = None, family_set: str = "meaning") -> list[dict]:
+    """``size`` rated meaning records (stage s1) from the question families of ``FAMILY_SETS[family_set]``.
+    ``counts``, when given, gets one count per (family, mode)."""
+    rng = random.Random(f"orca-s1-{family_set}:{seed}")
     # the same simulated raters as generate_s1's (same ids, same biases), so a mixed s1 keeps one panel
     panel = make_panel(panel_size, np.random.default_rng([seed, 0x0C0A]))
-    nrng = np.random.default_rng([seed, 0x5E1A])
-    gens, weights = zip(*FAMILIES)
+    salt = list(FAMILY_SETS).index(family_set)
+    nrng = np.random.default_rng([seed, 0x5E1A] + ([salt] if salt else []))
+    prefix = "s1m" if family_set == "meaning" else f"s1m-{family_set}"
+    gens, weights = zip(*FAMILY_SETS[family_set])
     records: list[dict] = []
     q = 0
     while len(records) < size:
@@ -125,7 +131,7 @@ def generate_meaning(size: int = 5_000, *, seed: int = 0, answers_per_question: 
             if counts is not None:
                 counts[(item.family, mode)] += 1
             records.append(make_record(
-                id=f"s1m:{seed}:{q}:{j}", benchmark="synthetic", question_id=f"s1m:{seed}:{q}",
+                id=f"{prefix}:{seed}:{q}:{j}", benchmark="synthetic", question_id=f"{prefix}:{seed}:{q}",
                 question=item.question, reference=item.reference, rationale=item.rationale,
                 transcript=item.transcript, candidate=text, answerer=_STYLE_ANSWERER[style],
                 modality=item.modality, category=item.category, ratings=ratings,

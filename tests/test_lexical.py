@@ -169,3 +169,33 @@ def test_s2_paraphrases_are_positives_and_name_no_wrong_choice(wn):
     assert syn["rater_ids"] == ["wordnet-strict", "wordnet-middle", "wordnet-lenient"]
     # the string rules do not rate a synonym: they would call "three" a miss
     assert all(rater(syn) is None for rater in rule_panel())
+
+
+def test_music_meaning_items_are_their_own_seeded_set():
+    music = generate_meaning(400, seed=0, family_set="music")
+    assert music == generate_meaning(400, seed=0, family_set="music") and len(music) == 400
+    assert all(r["id"].startswith("s1m-music:0:") and validate_record(r) == r for r in music)
+    assert {json.loads(r["metadata"])["family"] for r in music} == {"format:key", "lexical:music mood"}
+    # the default set is not shifted by the music one: its first records are the same whatever else is asked
+    assert not {r["id"] for r in music} & {r["id"] for r in generate_meaning(400, seed=0)}
+    assert all("unenrgetic" not in r["candidate"] for r in generate_meaning(2000, seed=0, family_set="music"))
+
+
+def test_hand_checked_key_labels():
+    assert formats._enharmonic("E", "flat") == ("D", "sharp") and formats._enharmonic("A", "") is None
+    assert formats._enharmonic("G", "sharp") == ("A", "flat")
+    keys = [q for q in (formats.key_question(random.Random(s)) for s in range(200)) if "off_by_one" in q.pools]
+    eflat_minor = next(q for q in keys if q.reference == ["E-flat minor"])
+    texts = lambda mode: {t for t, _ in eflat_minor.pools[mode]}  # noqa: E731
+    assert {"E♭ minor", "Eb minor", "Ebm", "E flat minor"} <= texts("format")
+    assert "E-flat major" in texts("antonym") and texts("off_by_one") == {"E minor"}
+    assert texts("similar") == {"D-sharp minor"} and not texts("cohyponym") & texts("format")
+    for q in keys:
+        letter = q.reference[0][0]
+        assert all(not t.startswith(letter) for t, _ in q.pools["cohyponym"])  # another tonic
+        tonics = {t.rsplit(" ", 1)[0] for pool in q.pools.values() for t, _ in pool}
+        assert not tonics & {"E-sharp", "B-sharp", "F-flat", "C-flat"}
+    mode_only = next(q for q in (formats.key_question(random.Random(s)) for s in range(50))
+                     if q.reference in (["major"], ["minor"]))
+    other = "minor" if mode_only.reference == ["major"] else "major"
+    assert other in {t for t, _ in mode_only.pools["antonym"]}
