@@ -140,6 +140,12 @@ def test_heldout_and_extra_train_variants(tmp_path):
     assert list(replay["validation"]["id"]) == list(v["validation"]["id"])  # dev and test untouched
     assert rehearsed == [r["id"] for r in load_config("s3_evouna_nq_heldout_sas_s1", data_dir=data)["train"]
                          if r["stage"] == "s1"]  # seeded
+    meaning = load_config("s3_evouna_nq_heldout_sas_s1_meaning", data_dir=data)
+    music = load_config("s3_evouna_nq_heldout_sas_s1_meaning_music", data_dir=data)
+    added = list(music["train"]["id"])[len(meaning["train"]):]
+    assert list(music["train"]["id"])[:len(meaning["train"])] == list(meaning["train"]["id"])  # the base, unchanged
+    assert len(added) == 1000 and all(i.startswith("s1m-music:0:") for i in added)
+    assert list(music["validation"]["id"]) == list(meaning["validation"]["id"])
     sets = ood_sets(data_dir=data)
     assert set(sets) == set(OOD_SETS)
     assert {r["answerer"] for r in sets["evouna_nq_heldout"]} <= held
