@@ -6,7 +6,8 @@ Reads what `train.py` wrote in each run folder (no model is loaded): `test_predi
 count left out per run is reported), the first run is the reference: each other run gets `diff_ci`, the 95 %
 interval of (its metric - the first run's) over the same bootstrap draws, for Spearman, Kendall, MAE of the mean,
 ROC-AUC (correct = human mean >= 4) and the calibration error (`eval_suite.metrics.judge_agreement`); probes get
-the interval of the difference in accuracy over resampled probes.
+the interval of the difference in accuracy over resampled probes. `--clamped` compares the scores the saved models
+give users (`score`, clamped where the model's config switches clamping on, mapped to 1-5) instead of the means.
 
     .venv/bin/python benchmarks/compare_judges.py --runs runs/quickstart runs/cpu-gemma3 --json runs/judges.json
 Last line: `judges=A,B` then per other run `<run>_minus_<first>: <set>=d [lo, hi] ...` (Spearman).
@@ -24,6 +25,7 @@ from _common import run_info
 from dataset_builder.readers import read_jsonl
 from eval_suite.metrics import judge_agreement
 from eval_suite.probes import load_probes
+from modeling_orca import unit_to_rating
 
 
 def run_sets(run: Path) -> dict[str, dict[str, dict]]:
@@ -60,13 +62,22 @@ def accuracy_difference(passes: np.ndarray, reference: np.ndarray, bootstrap: in
     return {"diff": float(passes.mean() - reference.mean()), "diff_ci": tuple(float(q) for q in np.quantile(diffs, [0.025, 0.975]))}
 
 
-def compare(runs: list[Path], bootstrap: int = 1000, seed: int = 0) -> dict:
+def judged_rating(pred: dict, clamped: bool) -> float:
+    """The predicted mean, or with `clamped` the saved model's score ([0, 1]) on the 1-5 scale."""
+    if not clamped:
+        return pred["mean"]
+    if "score" not in pred:
+        raise SystemExit(f"prediction {pred['id']!r} has no score (written before scores were kept): rerun without --clamped")
+    return unit_to_rating(pred["score"])
+
+
+def compare(runs: list[Path], bootstrap: int = 1000, seed: int = 0, clamped: bool = False) -> dict:
     names = [str(r) for r in runs]
     if len(set(names)) != len(names):
         raise SystemExit(f"a run is named twice: {names}")
     by_run = {name: run_sets(run) for name, run in zip(names, runs)}
     first = names[0]
-    out: dict = {"runs": names, "sets": {}, "left_out": {}}
+    out: dict = {"runs": names, "statistic": "clamped score" if clamped else "mean", "sets": {}, "left_out": {}}
     for set_name, reference_preds in by_run[first].items():
         if any(set_name not in sets for sets in by_run.values()):
             continue  # a set not every run scored
@@ -75,7 +86,7 @@ def compare(runs: list[Path], bootstrap: int = 1000, seed: int = 0) -> dict:
         if not ids:
             raise SystemExit(f"{set_name}: the runs share no item ids")
         human = [sum(reference_preds[i]["ratings"]) / len(reference_preds[i]["ratings"]) for i in ids]
-        means = {n: [by_run[n][set_name][i]["mean"] for i in ids] for n in names}
+        means = {n: [judged_rating(by_run[n][set_name][i], clamped) for i in ids] for n in names}
         out["sets"][set_name] = judge_agreement(means, human, bootstrap=bootstrap, seed=seed, reference=first)
     probe_ids = [r["id"] for r in load_probes()]
     passes = {n: probe_passes(run, probe_ids) for n, run in zip(names, runs)}
@@ -112,10 +123,11 @@ def main(argv=None) -> int:
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
+    p.add_argument("--clamped", action="store_true", help="compare the saved models' (clamped) scores, not the means")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         p.error("--runs needs at least two run folders")
-    result = compare(args.runs, args.bootstrap, args.seed)
+    result = compare(args.runs, args.bootstrap, args.seed, args.clamped)
     print(markdown(result))
     if args.json:
         Path(args.json).write_text(json.dumps(dict(**run_info(args), **result), indent=1, default=str))

@@ -489,13 +489,13 @@ def distribution_median(probs) -> np.ndarray:
 
 
 def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baselines=OOD_BASELINES, bootstrap: int = 1000,
-               slice_bootstrap: int = SLICE_BOOTSTRAP, seed: int = 0) -> dict:
+               slice_bootstrap: int = SLICE_BOOTSTRAP, seed: int = 0, reference: str | None = None) -> dict:
     """ORCA beside the baselines on each set and its slices (:func:`ood_slices`).
 
     ``sets``: name -> (records with ratings, ORCA's predicted means in the same order, or a dict of named ORCA
     statistics whose first entry is the mean, e.g. {"orca": means, "orca_median": medians}). Returns
-    {set: {slice: judge_agreement(...)}}: every judge on the same items, ORCA (the first) as the reference of the
-    paired differences (a baseline's ``diff_ci`` is baseline - ORCA)."""
+    {set: {slice: judge_agreement(...)}}: every judge on the same items, ``reference`` (default: the first ORCA
+    statistic) as the reference of the paired differences (a baseline's ``diff_ci`` is baseline - reference)."""
     from eval_suite.baselines import BASELINES
     from eval_suite.metrics import judge_agreement
     from modeling_orca import unit_to_rating
@@ -507,7 +507,7 @@ def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baseli
         judges = {name: np.asarray(values, dtype=float) for name, values in own.items()}
         if any(len(v) != len(records) for v in judges.values()):
             raise ValueError(f"{set_name}: {len(records)} records but {[len(v) for v in judges.values()]} predictions")
-        first = next(iter(judges))
+        first = reference or next(iter(judges))
         judges.update({name: unit_to_rating(np.asarray(BASELINES[name](records), dtype=float)) for name in baselines})
         out[set_name] = {}
         for slice_name, mask in ood_slices(records).items():
@@ -523,16 +523,25 @@ def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int 
                    max_items: int | None = None) -> dict:
     """Score the out-of-domain sets (``dataset_builder.configs.ood_sets``) with ``model.predict`` and compare with
     the baselines; ``in_domain`` = (test records, their ``predict`` outputs) already scored is put first, as
-    ``in_domain_test``. ORCA appears as ``orca`` (the predicted mean) and, for heads with a distribution, as
-    ``orca_median`` (:func:`distribution_median`). ``keep_predictions`` adds ``predictions``: per out-of-domain set,
-    one {id, ratings, mean, variance, probs} per record, in order. ``max_items``: score a seeded sample of at most
-    this many items of each out-of-domain set (kept in order; the sizes are in the result's ``n``)."""
+    ``in_domain_test``. ORCA appears as ``orca`` (the predicted mean), for heads with a distribution as
+    ``orca_median`` (:func:`distribution_median`) and, where the model's config switches clamping on, as
+    ``orca_clamped`` (the clamped ``score`` users get, on 1-5). The paired differences (``diff_ci``) are taken
+    against the score users get (``reference``: ``orca_clamped`` where the config clamps, else ``orca``).
+    ``keep_predictions`` adds ``predictions``: per out-of-domain set, one {id, ratings, mean, variance, probs,
+    score} per record, in order. ``max_items``: score a seeded sample of at most this many items of each
+    out-of-domain set (kept in order; the sizes are in the result's ``n``)."""
     from dataset_builder.configs import ood_sets
+    from modeling_orca import unit_to_rating
+
+    config = model.config
 
     def statistics(preds: list[dict]) -> dict:
         out = {"orca": [p["mean"] for p in preds]}
         if preds and preds[0].get("probs") is not None:
             out["orca_median"] = list(distribution_median([p["probs"] for p in preds]))
+        if config.clamp:
+            scores = np.array([p["score"] for p in preds])
+            out["orca_clamped"] = list(unit_to_rating(scores, config.rating_min, config.rating_max))
         return out
 
     sets, kept = {}, {}
@@ -545,10 +554,11 @@ def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int 
         preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=show_progress)
         sets[name] = (records, statistics(preds))
         kept[name] = [{"id": r["id"], "ratings": r["ratings"], "mean": p["mean"], "variance": p["variance"],
-                       "probs": p["probs"]} for r, p in zip(records, preds)]
-    return {"sets": judge_sets(sets, baselines=baselines, bootstrap=bootstrap, seed=seed),
-            "baselines": list(baselines), "bootstrap": bootstrap, "slice_bootstrap": SLICE_BOOTSTRAP,
-            "fold": fold, "seed": seed, "max_items": max_items, **({"predictions": kept} if keep_predictions else {})}
+                       "probs": p["probs"], "score": p["score"]} for r, p in zip(records, preds)]
+    reference = "orca_clamped" if config.clamp else "orca"
+    return {"sets": judge_sets(sets, baselines=baselines, bootstrap=bootstrap, seed=seed, reference=reference),
+            "reference": reference, "baselines": list(baselines), "bootstrap": bootstrap,
+            "slice_bootstrap": SLICE_BOOTSTRAP, "fold": fold, "seed": seed, "max_items": max_items, **({"predictions": kept} if keep_predictions else {})}
 
 
 def _with_ci(m: dict, key: str) -> str:
@@ -556,6 +566,13 @@ def _with_ci(m: dict, key: str) -> str:
     if value is None:
         return "-"
     return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.3f}"
+
+
+def _difference(m: dict, reference: dict, key: str) -> str:
+    ci = m["diff_ci"].get(key)
+    if m.get(key) is None or reference.get(key) is None or not ci:
+        return "-"
+    return f"{m[key] - reference[key]:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
 def ood_markdown(ood: dict, *, slices: bool = True) -> str:
@@ -568,6 +585,16 @@ def ood_markdown(ood: dict, *, slices: bool = True) -> str:
         for judge, m in judges.items():
             rows.append([set_name, m["n"], f"**{judge}**" if judge == "orca" else judge] + [_with_ci(m, k) for k in keys])
     parts = [markdown_table(head, rows)]
+    reference = ood.get("reference", "orca")
+    drows = []  # paired: the same bootstrap draws for both judges, so an interval off 0 is a real difference
+    for set_name, per_slice in ood["sets"].items():
+        judges = per_slice["all"]
+        for judge, m in judges.items():
+            if m.get("diff_ci"):
+                drows.append([set_name, f"{judge} - {reference}"]
+                             + [_difference(m, judges[reference], k) for k in ("spearman", "roc_auc", "mae_mean")])
+    if drows:
+        parts.append(markdown_table(["set", "paired difference", "Spearman [95 %]", "ROC-AUC [95 %]", "MAE [95 %]"], drows))
     if slices:
         srows = []
         for set_name, per_slice in ood["sets"].items():

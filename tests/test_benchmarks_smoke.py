@@ -123,16 +123,19 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
     rng = np.random.default_rng(0)
     human = rng.integers(1, 6, size=40)
     probe_ids = [r["id"] for r in load_probes()]
-    runs, means = [], {}
+    runs, means, scores = [], {}, {}
     for k, noise in enumerate((0.5, 2.0)):
         run_dir = tmp_path / f"run{k}"
         run_dir.mkdir()
         means[k] = human + rng.normal(0, noise, size=40)
-        test = [{"id": f"t{i}", "ratings": [int(h)], "mean": float(m)} for i, (h, m) in enumerate(zip(human, means[k]))]
+        scores[k] = np.clip(np.round(means[k]) - 1, 0, 4) / 4  # a stand-in for the clamped [0, 1] score
+        test = [{"id": f"t{i}", "ratings": [int(h)], "mean": float(m), "score": float(u)}
+                for i, (h, m, u) in enumerate(zip(human, means[k], scores[k]))]
         if k == 1:
-            test.append({"id": "only-here", "ratings": [3], "mean": 3.0})
+            test.append({"id": "only-here", "ratings": [3], "mean": 3.0, "score": 0.5})
         (run_dir / "test_predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in test))
-        ood = [{"set": "nq_open_graded", "id": f"o{i}", "ratings": [int(human[i])], "mean": float(means[k][i])} for i in range(30)]
+        ood = [{"set": "nq_open_graded", "id": f"o{i}", "ratings": [int(human[i])], "mean": float(means[k][i]),
+                "score": float(scores[k][i])} for i in range(30)]  # fmt: skip
         (run_dir / "ood_predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in ood))
         failed = probe_ids[: 100 + 50 * k]
         (run_dir / "metrics.json").write_text(json.dumps({"probes": {"n": len(probe_ids), "failed_ids": failed}}))
@@ -153,6 +156,13 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
         assert low <= judges[str(runs[1])]["spearman"] - judges[str(runs[0])]["spearman"] <= high
     probes = top["probes"][str(runs[1])]
     assert abs(probes["diff"] - (-50 / len(probe_ids))) < 1e-12 and probes["diff_ci"][0] < probes["diff"] < probes["diff_ci"][1]
+    # --clamped: the scores on 1-5, not the means
+    run("compare_judges.py", "--runs", *map(str, runs), "--bootstrap", "50", "--clamped", "--json", str(out))
+    top = json.loads(out.read_text())
+    assert top["statistic"] == "clamped score"
+    for k in (0, 1):
+        expected = spearmanr(1 + 4 * scores[k][:30], human[:30]).statistic
+        assert abs(top["sets"]["nq_open_graded"][str(runs[k])]["spearman"] - expected) < 1e-12
     # an item predicted twice in one run is refused, naming the file, not silently replaced
     with open(runs[1] / "ood_predictions.jsonl", "a") as f:
         f.write(json.dumps({"set": "nq_open_graded", "id": "o3", "ratings": [1], "mean": 1.0}) + "\n")

@@ -160,3 +160,31 @@ def test_report_ood_scores_each_final_model_on_the_out_of_domain_sets(runs, tmp_
     assert ood["sets"]["in_domain_test"]["all"]["orca"]["spearman"] == pytest.approx(want, abs=1e-9)
     assert (out / "calibration_run.png").stat().st_size > 1000
     assert "## Out-of-domain sets: run" in (out / "report.md").read_text()
+
+
+def test_ood_evaluation_reports_the_clamped_score_where_the_config_clamps(runs, tmp_path):
+    # a clamping that takes every score to 0 or 1 (margin 1/2, any variance): orca_clamped is the side of 3 as 1 or 5
+    from scipy import stats
+
+    from dataset_builder.fixtures import write_public_fixture
+    from eval_suite.loading import load_model
+
+    data = write_public_fixture(tmp_path / "data", n=40)
+    model, tokenizer = load_model(str(runs["f0"] / "final"))
+    model.config.update({"clamp": True, "clamp_variance_threshold": 1e9, "clamp_margin": 0.5})
+    ood = report.ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20, keep_predictions=True)
+    preds = ood["predictions"]["nq_open_graded"]
+    human = [np.mean(p["ratings"]) for p in preds]
+    clamped = [5.0 if p["mean"] > 3 else 1.0 for p in preds]  # no mean sits exactly on 3 in this run
+    assert [p["score"] for p in preds] == [(c - 1) / 4 for c in clamped]
+    want = stats.spearmanr(clamped, human).statistic
+    got = ood["sets"]["nq_open_graded"]["all"]["orca_clamped"]["spearman"]
+    assert 0 < sum(c == 5.0 for c in clamped) < len(clamped) and got == pytest.approx(want, abs=1e-9)
+    # the paired differences are taken against the score users get: the clamped one
+    judges = ood["sets"]["nq_open_graded"]["all"]
+    assert ood["reference"] == "orca_clamped" and "diff_ci" not in judges["orca_clamped"]
+    assert judges["token_f1"]["diff_ci"] and judges["orca"]["diff_ci"]
+    assert "| nq_open_graded | token_f1 - orca_clamped |" in report.ood_markdown(ood)
+    model.config.clamp = False
+    unclamped = report.ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20)
+    assert "orca_clamped" not in unclamped["sets"]["nq_open_graded"]["all"] and unclamped["reference"] == "orca"
