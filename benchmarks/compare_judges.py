@@ -86,8 +86,8 @@ def compare(runs: list[Path], bootstrap: int = 1000, seed: int = 0, clamped: boo
         if not ids:
             raise SystemExit(f"{set_name}: the runs share no item ids")
         human = [sum(reference_preds[i]["ratings"]) / len(reference_preds[i]["ratings"]) for i in ids]
-        means = {n: [judged_rating(by_run[n][set_name][i], clamped) for i in ids] for n in names}
-        out["sets"][set_name] = judge_agreement(means, human, bootstrap=bootstrap, seed=seed, reference=first)
+        ratings = {n: [judged_rating(by_run[n][set_name][i], clamped) for i in ids] for n in names}
+        out["sets"][set_name] = judge_agreement(ratings, human, bootstrap=bootstrap, seed=seed, reference=first)
     probe_ids = [r["id"] for r in load_probes()]
     passes = {n: probe_passes(run, probe_ids) for n, run in zip(names, runs)}
     if all(p is not None for p in passes.values()):

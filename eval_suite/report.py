@@ -558,7 +558,8 @@ def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int 
     reference = "orca_clamped" if config.clamp else "orca"
     return {"sets": judge_sets(sets, baselines=baselines, bootstrap=bootstrap, seed=seed, reference=reference),
             "reference": reference, "baselines": list(baselines), "bootstrap": bootstrap,
-            "slice_bootstrap": SLICE_BOOTSTRAP, "fold": fold, "seed": seed, "max_items": max_items, **({"predictions": kept} if keep_predictions else {})}
+            "slice_bootstrap": SLICE_BOOTSTRAP, "fold": fold, "seed": seed, "max_items": max_items,
+            **({"predictions": kept} if keep_predictions else {})}
 
 
 def _with_ci(m: dict, key: str) -> str:
