@@ -46,6 +46,8 @@ class OrcaConfig(PreTrainedConfig):
         field_labels (`dict[str, str]`): text put before each field's value.
         field_separator (`str`): text between fields (the paper's separator tokens).
         template_prefix (`str`): text before the first field.
+        template_suffix (`str`): text after the last field, e.g. a question to the backbone that the last token's
+            state (`pooling="last"`) then answers.
         skip_empty_fields (`bool`): leave out a field (label included) whose value is empty.
         strip_fields (`bool`): strip leading and trailing whitespace from every field's value (and each reference
             alias, dropping empty aliases). `False` keeps every value exactly as given, as the reference release
@@ -87,6 +89,7 @@ class OrcaConfig(PreTrainedConfig):
     field_labels: dict[str, str] | None = None
     field_separator: str = "\n"
     template_prefix: str = ""
+    template_suffix: str = ""
     skip_empty_fields: bool = True
     strip_fields: bool = True
     add_special_tokens: bool = True

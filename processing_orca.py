@@ -89,13 +89,14 @@ def input_fields(record: dict, config: OrcaConfig, reference: str | None = None)
 
 
 def render_fields(fields: dict[str, str], config: OrcaConfig) -> str:
-    """The input text: each field's label and value, joined by the separator, after the template prefix."""
+    """The input text: each field's label and value, joined by the separator, between the template prefix and
+    suffix."""
     parts = [
         config.field_labels.get(name, "") + value
         for name, value in fields.items()
         if value or not config.skip_empty_fields or name == "candidate"
     ]
-    return config.template_prefix + config.field_separator.join(parts)
+    return config.template_prefix + config.field_separator.join(parts) + config.template_suffix
 
 
 def format_input(record: dict, config: OrcaConfig, reference: str | None = None) -> str:
@@ -124,8 +125,8 @@ def split_fields(fields: dict[str, str], config: OrcaConfig) -> tuple[str, str]:
     parts = [config.field_labels.get(n, "") + fields[n] for n in kept]
     sep = config.field_separator
     if cut == 0:
-        return "", config.template_prefix + sep.join(parts)
-    return config.template_prefix + sep.join(parts[:cut]), sep + sep.join(parts[cut:])
+        return "", config.template_prefix + sep.join(parts) + config.template_suffix
+    return config.template_prefix + sep.join(parts[:cut]), sep + sep.join(parts[cut:]) + config.template_suffix
 
 
 def special_tokens(tokenizer, config: OrcaConfig) -> tuple[list[int], list[int]]:

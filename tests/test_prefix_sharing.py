@@ -68,6 +68,16 @@ def test_shared_prefix_equals_plain_scoring_on_tiny_decoders(kind, smollm2_token
     assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
 
 
+def test_shared_prefix_with_a_template_suffix_equals_one_by_one_scoring(smollm2_tokenizer):
+    # the suffix is the last text of every input, after each answer: sharing must not move or drop it
+    model = tiny("gemma3", len(smollm2_tokenizer), template_suffix="\nIs the candidate answer correct? Answer:")
+    recs = records()
+    shared = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=True)
+    assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
+    plain = tiny("gemma3", len(smollm2_tokenizer)).predict(recs, smollm2_tokenizer, batch_size=2)
+    assert max(abs(a["mean"] - b["mean"]) for a, b in zip(shared, plain)) > 1e-4  # the suffix is read
+
+
 def test_sharing_is_the_config_default_and_the_kwarg_switches_it(smollm2_tokenizer, monkeypatch):
     model = tiny("llama", len(smollm2_tokenizer))
     assert model.config.share_prefix is True
@@ -128,8 +138,9 @@ def test_encoders_and_mean_pooling_fall_back(kind, pooling, smollm2_tokenizer, m
     assert [p["mean"] for p in preds] == pytest.approx(one_by_one(model, records(), smollm2_tokenizer), abs=1e-5)
 
 
-def test_split_encoding_concatenates_to_the_template(smollm2_tokenizer, bert_tokenizer):
-    config = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100))
+@pytest.mark.parametrize("suffix", ["", "\nIs the candidate answer correct? Answer:"])
+def test_split_encoding_concatenates_to_the_template(suffix, smollm2_tokenizer, bert_tokenizer):
+    config = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100), template_suffix=suffix)
     for r in records():
         fields = input_fields(r, config)
         shared, item = split_fields(fields, config)
@@ -138,8 +149,10 @@ def test_split_encoding_concatenates_to_the_template(smollm2_tokenizer, bert_tok
         for tok in (smollm2_tokenizer, bert_tokenizer):
             ((s, i),) = encode_segments([fields], tok, config)
             assert s + i == tok(render_fields(fields, config), add_special_tokens=True)["input_ids"]
-    only = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100), template_fields=["candidate"], template_prefix=">")
-    assert split_fields(input_fields(records()[0], only), only) == ("", ">Candidate answer: " + records()[0]["candidate"])
+        assert item.endswith(suffix)  # the suffix follows the candidate, on the item's side
+    only = OrcaConfig(backbone_config=tiny_backbone_config("llama", 100), template_fields=["candidate"], template_prefix=">",
+                      template_suffix=suffix)
+    assert split_fields(input_fields(records()[0], only), only) == ("", ">Candidate answer: " + records()[0]["candidate"] + suffix)
 
 
 @pytest.mark.real

@@ -219,6 +219,7 @@ def formatter_records(draw) -> dict:
     CONFIG,
     OrcaConfig(template_fields=["reference", "candidate"]),
     OrcaConfig(skip_empty_fields=False, field_separator=" | ", template_prefix="[ORCA] "),
+    OrcaConfig(template_suffix="\nIs the candidate answer correct? Answer:"),
 ]))
 def test_format_input_candidate_last_labels_in_order_deterministic(record, config):
     out = format_input(record, config)
@@ -226,15 +227,17 @@ def test_format_input_candidate_last_labels_in_order_deterministic(record, confi
     assert format_input(dict(reversed(list(record.items()))), config) == out  # key order does not matter
     labels = config.field_labels
     # the candidate, stripped of surrounding whitespace and otherwise verbatim, ends the input after its label
-    assert out.endswith(config.field_separator + labels["candidate"] + record["candidate"].strip()) or \
-        out == config.template_prefix + labels["candidate"] + record["candidate"].strip()
+    # (then the template suffix)
+    suffix = config.template_suffix
+    assert out.endswith(config.field_separator + labels["candidate"] + record["candidate"].strip() + suffix) or \
+        out == config.template_prefix + labels["candidate"] + record["candidate"].strip() + suffix
     assert out.startswith(config.template_prefix)
     fields = input_fields(record, config)
     assert list(fields) == list(config.template_fields)
     assert all(v == v.strip() for v in fields.values())
     # the documented template: prefix, then label + value of every used field in template order, separated
     used = [n for n, v in fields.items() if v or not config.skip_empty_fields or n == "candidate"]
-    assert out == config.template_prefix + config.field_separator.join(labels[n] + fields[n] for n in used)
+    assert out == config.template_prefix + config.field_separator.join(labels[n] + fields[n] for n in used) + suffix
     for name in ("question", "rationale"):
         value = (record.get(name) or "").strip()
         if name in config.template_fields and (value or not config.skip_empty_fields):

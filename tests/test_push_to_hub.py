@@ -18,8 +18,10 @@ from huggingface_hub.errors import HfHubHTTPError
 import push_to_hub
 import train
 import training.config
+from configuration_orca import OrcaConfig
 from eval_suite import reference_checkpoint
 from tests.test_train import write_split
+from training.model import tiny_backbone_config
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
@@ -136,6 +138,15 @@ def test_model_upload_validates_then_creates_repo_branch_and_uploads(run_dir, hu
 ])
 def test_card_licence_follows_the_base_model(base, backbone_type, given, licence):
     assert push_to_hub.model_licence(base, backbone_type, given) == licence
+
+
+def test_card_names_the_template_suffix_the_model_reads():
+    config = OrcaConfig(backbone_config=tiny_backbone_config("gemma3", 100), template_suffix="\nIs it correct? Answer:")
+    card = push_to_hub.model_card(config, None, repo_id="org/j", revision=None, base_model=None, dataset_id=None)
+    assert "then the text `\\nIs it correct? Answer:`" in card.text
+    config.template_suffix = ""
+    card = push_to_hub.model_card(config, None, repo_id="org/j", revision=None, base_model=None, dataset_id=None)
+    assert "then the text" not in card.text
 
 
 def test_card_licence_of_an_unknown_base_is_not_guessed():

@@ -464,3 +464,6 @@ def test_make_judge_config_runs_end_to_end_on_the_real_data(tmp_path, shared_dat
     results = train.run(cfg)
     assert set(results["stages"]) == {"s1", "s2", "s3"} and results["calibration"]["dev_n"] > 0
     assert set(results["ood"]["sets"]) >= {"in_domain_test", "nq_open_graded"} and results["probes"]["n"] >= 300
+    # the question after the candidate travels with the saved model, so its users format as it was trained
+    saved = json.loads((tmp_path / "judge" / "final" / "config.json").read_text())
+    assert saved["template_suffix"] == cfg["model"]["orca"]["template_suffix"] == "\nIs the candidate answer correct? Answer:"
