@@ -140,6 +140,9 @@ class OrcaConfig(PreTrainedConfig):
             raise ValueError("OrcaConfig.template_fields must include 'candidate'")
         if len(set(self.template_fields)) != len(self.template_fields):
             raise ValueError(f"OrcaConfig.template_fields has a repeated field: {self.template_fields}")
+        for name in ("field_separator", "template_prefix", "template_suffix"):
+            if not isinstance(getattr(self, name), str):  # e.g. None from an empty command-line value
+                raise ValueError(f"OrcaConfig.{name} must be a string, got {getattr(self, name)!r}")
         if self.rating_max <= self.rating_min:
             raise ValueError(f"OrcaConfig needs rating_min < rating_max, got {self.rating_min}..{self.rating_max}")
         if not 0 < self.beta_epsilon < 0.5:

@@ -144,6 +144,7 @@ def test_bad_ratings_raise_clear_errors():
         (dict(template_fields=["question", "reference"]), "must include 'candidate'"),
         (dict(reference_mode="first"), "reference_mode='first' is not supported"),
         (dict(rating_min=5, rating_max=1), "rating_min < rating_max"),
+        (dict(template_suffix=None), "template_suffix must be a string, got None"),
     ],
 )
 def test_bad_configuration_is_rejected_at_construction(kwargs, message):
