@@ -649,7 +649,8 @@ def open_tab(driver, title: str) -> None:
 
 
 def submit_in_page(driver, name: str, path: Path, *, replace: bool = False) -> str:
-    """Fill the submit tab like a person and return the message the page shows."""
+    """Fill the submit tab like a person and return the message the page shows (a new one: callers never expect
+    the message that was there before)."""
     from selenium.webdriver.common.by import By
 
     open_tab(driver, "Submit")
@@ -671,8 +672,11 @@ def submit_in_page(driver, name: str, path: Path, *, replace: bool = False) -> s
     busy = "#submit-result [data-testid=status-tracker]:not(.hide)"  # gradio's progress/timer overlay
 
     def final_text(d):
+        # gradio may hide its overlay a moment before it writes the new message: the message before the click is
+        # not this submission's result (each step of these tests gets a message different from the one before)
         text = d.find_element(By.ID, "submit-result").text
-        return None if d.find_elements(By.CSS_SELECTOR, busy) or not text.startswith(("Accepted", "Not ")) else text
+        done = text != old and text.startswith(("Accepted", "Not "))
+        return text if done and not d.find_elements(By.CSS_SELECTOR, busy) else None
 
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, busy) or (final_text(d) or old) != old,
              what=f"{name} to be taken")
