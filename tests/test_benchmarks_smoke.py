@@ -177,3 +177,32 @@ def test_first_examples_are_valid_scoring_input():
 
     entries, blank = read_entries(REPO / "benchmarks" / "first_examples.jsonl", "raise")
     assert blank == 0 and len(entries) == 6
+
+
+def test_probe_ceiling_keeps_the_held_out_questions_out_of_train(shared_data, tmp_path):
+    import numpy as np
+
+    from eval_suite.probes import labels, load_probes
+
+    out = tmp_path / "data"
+    run("probe_ceiling.py", "write", "--out", str(out), "--repeat", "2")
+    halves = json.loads((out / "split.json").read_text())
+    probes = load_probes()
+    assert sorted(halves["train"] + halves["held_out"]) == sorted({p["question_id"] for p in probes})
+    assert not set(halves["train"]) & set(halves["held_out"])
+    train = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    added = [r for r in train if r["id"].startswith("probe-train-")]
+    in_train = [p for p in probes if p["question_id"] in set(halves["train"])]
+    assert len(added) == 2 * len(in_train) and len({r["id"] for r in train}) == len(train)
+    assert all(r["ratings"] == [5 if labels(r)["expected"] == "right" else 1] * 3 for r in added)
+    assert not {p["id"] for p in probes if p["question_id"] in set(halves["held_out"])} & {r["id"].split("-", 3)[-1] for r in added}
+    # score: accuracy on the held-out half from a run's failed_ids, against numpy
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    failed = [p["id"] for p in probes][::3]
+    (run_dir / "metrics.json").write_text(json.dumps({"probes": {"n": len(probes), "failed_ids": failed}}))
+    line = run("probe_ceiling.py", "score", "--split", str(out / "split.json"), "--runs", str(run_dir))[-1]
+    held = np.array([p["question_id"] in set(halves["held_out"]) for p in probes])
+    passed = np.array([p["id"] not in set(failed) for p in probes])
+    assert (f"held-out half {passed[held].mean():.3f} ({passed[held].sum()}/{held.sum()}), the other half "
+            f"{passed[~held].mean():.3f} ({passed[~held].sum()}/{(~held).sum()})") in line
