@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import RecordError, make_record, validate_record
+from .schema import MAX_DEPTH, RecordError, make_record, too_deep, validate_record
 
 
 @dataclass
@@ -109,6 +109,19 @@ class JsonLines:
             return None
         return JsonLine(lineno, error=err, text=raw.decode("utf-8", errors="replace").rstrip("\r\n"))
 
+    def _parse(self, lineno: int, raw: bytes, text: str) -> JsonLine | None:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            return self._bad(lineno, raw, "malformed JSON", f"malformed JSON: {e.msg} at column {e.colno}")
+        except RecursionError:  # the C decoder's own guard (about 1,000 levels, fewer in a deep call stack)
+            return self._bad(lineno, raw, "nested too deeply", f"JSON nested deeper than {MAX_DEPTH} levels")
+        except ValueError as e:  # an integer of over 4,300 digits (Python's int limit): not a JSONDecodeError
+            return self._bad(lineno, raw, "malformed JSON", f"malformed JSON: {_clip(str(e))}")
+        if too_deep(value, text):
+            return self._bad(lineno, raw, "nested too deeply", f"JSON nested deeper than {MAX_DEPTH} levels")
+        return JsonLine(lineno, value, text=text.rstrip("\r\n"))
+
     def __iter__(self) -> Iterator[JsonLine]:
         with open(self.path, "rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
@@ -127,12 +140,14 @@ class JsonLines:
                 except UnicodeDecodeError as e:
                     item = self._bad(lineno, raw, "not UTF-8", f"not UTF-8 (byte {e.start})")
                 else:
-                    try:
-                        item = JsonLine(lineno, json.loads(text), text=text.rstrip("\r\n"))
-                    except json.JSONDecodeError as e:
-                        item = self._bad(lineno, raw, "malformed JSON", f"malformed JSON: {e.msg} at column {e.colno}")
+                    item = self._parse(lineno, raw, text)
                 if item is not None:
                     yield item
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    """A message bounded in length (a huge number in the input must not make a huge error line)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _lines_left(fh) -> int:

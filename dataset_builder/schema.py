@@ -65,6 +65,28 @@ class RecordError(ValueError):
                          f"field '{field}': {problem}")
 
 
+# Values nested deeper are refused (the JSONL reader, metadata): every later step that walks a value (json.dumps
+# of metadata or of an output line, copying, comparing) recurses, and 1,000 levels crash it with RecursionError.
+MAX_DEPTH = 100
+
+
+def too_deep(value, text: str | None = None) -> bool:
+    """Whether a parsed JSON value nests lists and objects more than `MAX_DEPTH` levels deep (without recursion).
+    `text`, the JSON it was parsed from, skips the walk when it holds too few brackets to be that deep."""
+    if text is not None and text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def _is_int(x) -> bool:
     # bool is a subclass of int, but True is not a rating.
     return isinstance(x, int) and not isinstance(x, bool)
@@ -143,14 +165,15 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         raise err("ratings", f"expected a list of integers 1-5, got {type(ratings).__name__}")
     ratings = list(ratings)  # a copy: the caller's list is not modified, and a tuple is accepted
     for i, r in enumerate(ratings):
+        shown = _shown(r)  # as given (1e300, not its 301 digits), bounded in length
         if not _is_int(r):
             # 4.0 from a float-writing tool is accepted; 4.5 or "4" or true are not.
             if isinstance(r, float) and r.is_integer():
                 r = int(r)
             else:
-                raise err("ratings", f"item {i} is {r!r}: ratings must be integers {RATING_MIN}-{RATING_MAX}")
+                raise err("ratings", f"item {i} is {shown}: ratings must be integers {RATING_MIN}-{RATING_MAX}")
         if not RATING_MIN <= r <= RATING_MAX:
-            raise err("ratings", f"item {i} is {r}: outside {RATING_MIN}-{RATING_MAX}")
+            raise err("ratings", f"item {i} is {shown}: outside {RATING_MIN}-{RATING_MAX}")
         ratings[i] = r
     rec["ratings"] = ratings
 
@@ -174,9 +197,19 @@ def validate_record(obj, *, path=None, line=None) -> dict:
             meta = json.loads(meta)
         except json.JSONDecodeError as e:
             raise err("metadata", f"not valid JSON: {e.msg}") from None
+        except (ValueError, RecursionError):  # a 4,301-digit integer; 1,000 levels of nesting
+            raise err("metadata", f"not valid JSON: a number too long or nesting deeper than {MAX_DEPTH} levels") from None
     if not isinstance(meta, dict):
         raise err("metadata", f"expected a dict (or its JSON encoding), got {type(meta).__name__}")
     meta = {**meta, **extra}
+    for key, value in meta.items():
+        where = key if key in extra else "metadata"  # an input key outside the schema is named as itself
+        if isinstance(value, dict | list) and too_deep(value):
+            raise err(where, f"nested deeper than {MAX_DEPTH} levels")
+        try:  # NaN and Infinity parse (Python's json accepts them) but are not JSON: strict readers of the output fail
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise err(where, "NaN or Infinity is not valid JSON (write null or a number)") from None
     rec["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
     if problem := unicode_problem(rec["metadata"]):  # an extra key's value, or a metadata string, with a surrogate
         raise err("metadata", f"{problem} (in metadata or in a key outside the schema)")
@@ -185,6 +218,13 @@ def validate_record(obj, *, path=None, line=None) -> dict:
     if not out["question_id"]:
         out["question_id"] = out["id"]
     return out
+
+
+def _shown(value, limit: int = 40) -> str:
+    if _is_int(value) and abs(value) >= 10**limit:  # str() of a 5,000-digit int raises
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _copy_default(field):

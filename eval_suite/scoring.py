@@ -77,8 +77,9 @@ def read_entries(path: Path, on_error: str) -> tuple[list[Entry], int]:
 
 def output_line(entry: Entry, pred: dict | None) -> dict:
     if entry.record is None:
-        # an object that cannot be written as UTF-8 (a lone surrogate) is kept as its line's text, like non-JSON
-        usable = isinstance(entry.obj, dict) and not unicode_problem(json.dumps(entry.obj, ensure_ascii=False))
+        # an object that cannot be written as strict JSON in UTF-8 (a lone surrogate, NaN) is kept as its line's
+        # text, like non-JSON
+        usable = isinstance(entry.obj, dict) and _writable(entry.obj)
         base = dict(entry.obj) if usable else {"orca_input": entry.raw}
         return {**base, **dict.fromkeys(SCORE_FIELDS), "orca_error": entry.error, "orca_line": entry.line}
     return {
@@ -89,6 +90,13 @@ def output_line(entry: Entry, pred: dict | None) -> dict:
         "orca_score": pred["score"],
         "orca_error": None,
     }
+
+
+def _writable(obj: dict) -> bool:
+    try:
+        return not unicode_problem(json.dumps(obj, ensure_ascii=False, allow_nan=False))
+    except ValueError:  # NaN or Infinity
+        return False
 
 
 def reference_line(line: dict, config, clamped: bool) -> dict:
@@ -116,6 +124,7 @@ def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
     scale `predict` compares `clamp_threshold` with)."""
     from dataset_builder.readers import read_records
     from eval_suite.clamping import tune_on_predictions
+    from heads_orca import head_for
 
     try:
         records = [r for r in read_records(path).records if r["ratings"]]
@@ -123,8 +132,8 @@ def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
         raise UsageError(f"--tune-clamp-on: {err}") from None
     if len(records) < 2:
         raise UsageError(f"--tune-clamp-on {path}: needs at least 2 records with ratings, found {len(records)}")
-    if model.config.score_type == "bernoulli":
-        raise UsageError("--tune-clamp-on: a bernoulli head predicts no variance, so there is nothing to clamp on")
+    if not head_for(model.config).has_variance:
+        raise UsageError(f"--tune-clamp-on: a {model.config.score_type} head predicts no variance, so there is nothing to clamp on")
     preds = model.predict(records, tokenizer, batch_size=batch_size)  # unclamped: config.clamp was switched off
     try:
         tuned = tune_on_predictions(preds, [sum(r["ratings"]) / len(r["ratings"]) for r in records],
@@ -145,6 +154,8 @@ def _finite(row: dict) -> dict:
 def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | None, dict, list[str]]:
     """The variance threshold to clamp with (None: no clamping), its description for the summary and warnings
     to print; `config_clamp` is the checkpoint's own `clamp` setting."""
+    from heads_orca import head_for
+
     config = model.config
     info: dict = {"margin": config.clamp_margin}
     if args.tune_clamp_on:
@@ -166,8 +177,8 @@ def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | N
         except ValueError:
             raise UsageError(f"--clamp must be auto, off or a number, got {mode!r}") from None
     warnings = []
-    if threshold is not None and config.score_type == "bernoulli":
-        warnings.append("warning: a bernoulli head predicts no variance: clamping has no effect")
+    if threshold is not None and not head_for(config).has_variance:
+        warnings.append(f"warning: a {config.score_type} head predicts no variance: clamping has no effect")
     info.update(mode=mode, threshold=threshold)
     return threshold, info, warnings
 

@@ -163,7 +163,7 @@ class Leaderboard:
                 old = self.store.find(benchmark, sub.model_name)
                 self.access.check_replace(old, user, replace)
                 now = datetime.now(UTC)
-                log = self.store.read_json(log_path(user, now), {}) if user else {}
+                log = self.store.read_log(log_path(user, now)) if user else {}
                 self.access.check_daily_limit(user, log)
                 if scored is None:
                     if progress is not None:

@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from dataset_builder.files import write_bytes_atomic
+from dataset_builder.schema import MAX_DEPTH, too_deep
 
 from .data import name_key, slugify
 
 # what the app needs of a record to rank it; a record without them is listed as unreadable
 RECORD_FIELDS = {"model_name": str, "link": str, "submitted_at": str, "judge": dict, "question_ids": list,
                  "answers": dict, "scores": dict}
-
+SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")  # as submitted_file_name writes them
 
 class StoreError(RuntimeError):
     """A change that could not be saved; nothing of it was kept."""
@@ -56,18 +59,63 @@ def submitted_file_name(key: str, content: bytes) -> str:
     return f"{key}.{hashlib.sha256(content).hexdigest()[:12]}.jsonl"
 
 
-def read_record(path: Path) -> dict:
-    """One stored record; ValueError saying what is wrong with it."""
+def read_json_file(path: Path):
+    """A stored JSON file (a record, a submission log); ValueError saying why it cannot be read."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"not a UTF-8 JSON file ({err})") from None
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except RecursionError:  # json's own guard, at about 1,000 levels
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, or an integer of over 4,300 digits
+        raise ValueError(f"not a UTF-8 JSON file ({str(err)[:200]})") from None
+    if too_deep(value):
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def read_record(path: Path) -> dict:
+    """One stored record, checked in full (a stored file is untrusted input: a hand edit, a torn write, another
+    version's record); ValueError saying what is wrong with it."""
+    record = read_json_file(path)
+    problem = record_problem(record)
+    if problem:
+        raise ValueError(problem)
+    return record
+
+
+def _numbers(values, n: int) -> bool:
+    return isinstance(values, list) and len(values) == n and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+def record_problem(record) -> str | None:
+    """What keeps a stored record from being ranked (None: nothing): every field the app reads, with its type,
+    and scores that match the record's questions."""
     if not isinstance(record, dict):
-        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        return f"expected a JSON object, got {type(record).__name__}"
     for field, kind in RECORD_FIELDS.items():
         if not isinstance(record.get(field), kind):
-            raise ValueError(f"field {field!r} missing or not a {kind.__name__}")
-    return record
+            return f"field {field!r} missing or not a {kind.__name__}"
+    if not record["model_name"].strip():
+        return "field 'model_name' is empty"
+    if not isinstance(record.get("owner"), str | None):
+        return f"field 'owner' must be a Hub username or null, got {type(record['owner']).__name__}"
+    file = record.get("submission_file")
+    if file is not None and not (isinstance(file, str) and SAFE_FILE_NAME.fullmatch(file)):
+        return "field 'submission_file' is not a file name of this store"
+    ids = record["question_ids"]
+    if not all(isinstance(q, str) for q in ids):
+        return "field 'question_ids' must list strings"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in record["answers"].items()):
+        return "field 'answers' must map question ids to strings"
+    scores, n = record["scores"], len(ids)
+    if not _numbers(scores.get("means"), n):
+        return f"field 'scores': 'means' must list {n} finite numbers (one per question)"
+    if scores.get("variances") is not None and not _numbers(scores["variances"], n):
+        return f"field 'scores': 'variances' must be null or list {n} finite numbers"
+    answered = scores.get("answered")
+    if not (isinstance(answered, list) and len(answered) == n and all(isinstance(a, bool) for a in answered)):
+        return f"field 'scores': 'answered' must list {n} true/false values"
+    return None
 
 
 def is_conflict(err: Exception) -> bool:
@@ -127,12 +175,24 @@ class ResultStore:
         same = [r for r in self.records(benchmark) if name_key(r["model_name"]) == key]
         return same[-1] if same else None
 
-    def read_json(self, rel: str, default):
+    def read_log(self, rel: str) -> dict:
+        """A user's submission log of a day (`access.log_path`): {"submissions": [...]}, empty when there is none.
+        One that exists but cannot be read raises StoreError: the daily limit fails closed, since reading a torn or
+        hand-edited log as empty would reset the user's count."""
         path = self.folder / rel
+        if not path.exists():
+            return {"submissions": []}
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent, or torn by hand: the default (a log, never a record)
-            return default
+            log = read_json_file(path)
+        except (OSError, ValueError) as err:
+            problem = str(err)
+        else:
+            if isinstance(log, dict) and isinstance(log.get("submissions"), list):
+                return log
+            problem = 'expected {"submissions": [...]}'
+        raise StoreError(f"the submission log {rel} cannot be read ({problem}), so today's count of this account "
+                         "is unknown: its submissions are refused until the leaderboard's maintainers repair or "
+                         "remove the file")
 
     def _inside(self, rel: str) -> Path:
         path = (self.folder / rel).resolve()

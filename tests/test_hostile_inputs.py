@@ -1,0 +1,167 @@
+"""Hostile inputs and paths (GitHub issue 49): each defect the review reproduced, as a test that failed before the
+fix. Readers (deep nesting, huge numbers, NaN), orca-score's paths (input = output, missing or wrong paths,
+checked before the model loads), a folder model changed under `--resume`, hand-edited leaderboard records and
+sign-in logs, `--login on` outside a Space, and look-alike names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_leaderboard import answers_with, question_rows, write_sub
+from test_leaderboard_app import make_lb
+
+from dataset_builder.readers import JsonLines, read_records
+from dataset_builder.schema import MAX_DEPTH, RecordError, validate_record
+from eval_suite import cli, scoring
+from eval_suite.leaderboard.access import Access, log_path
+from eval_suite.leaderboard.data import SubmissionError, load_questions, read_submission
+from eval_suite.leaderboard.store import StoreError, read_record
+
+GOOD = {"id": "a", "question": "Which animal?", "reference": "dog", "candidate": "a dog"}
+DEEP = "[" * 1000 + "]" * 1000  # what the review fed orca-score: RecursionError, exit 1
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+# ------------------------------------------------------------------------------------------------ 1. deep JSON
+
+
+@pytest.mark.parametrize("deep", [DEEP, "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+                                  json.dumps({**GOOD, "id": "b", "extra": json.loads("[" * 200 + "]" * 200)})])
+def test_deeply_nested_json_is_a_clean_error_naming_file_and_line(tmp_path, deep):
+    path = write_lines(tmp_path / "d.jsonl", [GOOD, deep])
+    with pytest.raises(RecordError, match=rf"^{path}:2: field '<line>': JSON nested deeper than {MAX_DEPTH} levels$"):
+        read_records(path)
+    result = read_records(path, on_error="skip")
+    assert [r["id"] for r in result.records] == ["a"] and dict(result.skipped) == {"nested too deeply": 1}
+    entries, _ = scoring.read_entries(path, "skip")  # orca-score --on-error skip: the line kept with its error
+    assert entries[1].record is None and "nested deeper" in entries[1].error
+    json.dumps(scoring.output_line(entries[1], None))  # and it can be written
+    with pytest.raises(SubmissionError, match=f"{path}:2: JSON nested deeper"):
+        read_submission(path, ["q1"])
+
+
+def test_orca_score_on_deep_json_exits_2_with_one_line(tmp_path, capsys):
+    path = write_lines(tmp_path / "d.jsonl", [DEEP])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--model", str(tmp_path / "no-model"), "--input", str(path), "--output", str(tmp_path / "o.jsonl")])
+    assert exit_.value.code == 2
+    assert one_error_line(capsys).startswith(f"error: {path}:1: field '<line>': JSON nested deeper")
+
+
+def test_a_deep_stored_leaderboard_record_is_unreadable_not_a_crash(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(DEEP)
+    with pytest.raises(ValueError, match="nested deeper"):
+        read_record(path)
+
+
+def test_huge_numbers_and_nan_are_clean_errors(tmp_path):
+    huge = '{"id": "h", "question": "q", "reference": "r", "candidate": "c", "n": ' + "1" * 5000 + "}"
+    path = write_lines(tmp_path / "h.jsonl", [GOOD, huge])
+    with pytest.raises(RecordError, match=rf"^{path}:2: field '<line>': malformed JSON: Exceeds the limit"):
+        read_records(path)
+    assert len(str(pytest.raises(RecordError, read_records, path).value)) < 300
+    # a rating of 1e300 is named as given, not as its 301 digits
+    with pytest.raises(RecordError, match=r"field 'ratings': item 0 is 1e\+300: outside 1-5$"):
+        validate_record({**GOOD, "ratings": [1e300]})
+    # NaN and Infinity parse in Python but are not JSON: refused naming the key, never echoed as bare NaN
+    for line, field in (('{"id": "n", "question": "q", "reference": "r", "candidate": "c", "x": NaN}', "x"),
+                        ('{"id": "n", "question": "q", "reference": "r", "candidate": "c", "metadata": {"s": [Infinity]}}',
+                         "metadata")):
+        path = write_lines(tmp_path / "n.jsonl", [line])
+        with pytest.raises(RecordError, match=rf"^{path}:1: field '{field}': NaN or Infinity is not valid JSON"):
+            read_records(path)
+        entries, _ = scoring.read_entries(path, "skip")
+        line_out = scoring.output_line(entries[0], None)
+        json.dumps(line_out, allow_nan=False)  # strict JSON out: the line's text is kept, not its NaN
+        assert line_out["orca_input"] == line and field in line_out["orca_error"]
+    with pytest.raises(RecordError, match="field 'metadata': not valid JSON"):
+        validate_record({**GOOD, "metadata": DEEP})
+
+
+def test_jsonl_reader_counts_every_line_of_hostile_input(tmp_path):
+    lines = [json.dumps(GOOD), DEEP, "1" * 5000, "", "NaN", "[" * 5000]
+    path = write_lines(tmp_path / "mix.jsonl", lines)
+    reader = JsonLines(path, on_error="keep")
+    items = list(reader)
+    assert [i.line for i in items] == [1, 2, 3, 5, 6] and reader.blank_lines == 1
+    assert [i.error is None for i in items] == [True, False, False, True, False]
+
+
+# ------------------------------------------------------------------------------------------------ 5. stored records
+
+
+@pytest.fixture
+def board(tmp_path):
+    """A local leaderboard (the fake judge of test_leaderboard) with two entries, Alpha and Beta."""
+    path = tmp_path / "mmau.json"
+    path.write_text(json.dumps(question_rows()))
+    questions = {"mmau-test-mini": load_questions("mmau-test-mini", questions=path)}
+    lb = make_lb(tmp_path / "results", questions)
+    for name, correct in (("Alpha", {1, 2, 3}), ("Beta", {1})):
+        lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / f"{name}.jsonl", answers_with(correct)))
+    return lb, questions, tmp_path
+
+
+def edit_record(folder: Path, name: str, **changes) -> Path:
+    (path,) = (folder / "mmau-test-mini" / "submissions").glob(f"{name}-*.json")
+    record = json.loads(path.read_text())
+    record.update(changes)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"scores": {}}, "field 'scores': 'means' must list 60 finite numbers"),  # before: KeyError 'means' at start
+    ({"scores": {"means": [3.0] * 59, "variances": None, "answered": [True] * 60}}, "'means' must list 60"),
+    ({"scores": {"means": [3.0] * 60, "variances": "x", "answered": [True] * 60}}, "'variances' must be null or list"),
+    ({"scores": {"means": [3.0] * 60, "variances": None, "answered": [1] * 60}}, "'answered' must list 60 true/false"),
+    ({"owner": 5}, "field 'owner' must be a Hub username or null, got int"),
+    ({"answers": {"q00": 3}}, "field 'answers' must map question ids to strings"),
+    ({"question_ids": [1] * 60}, "field 'question_ids' must list strings"),
+    ({"model_name": " "}, "field 'model_name' is empty"),
+    ({"submission_file": "../../../etc/passwd"}, "field 'submission_file' is not a file name of this store"),
+])
+def test_a_hand_edited_record_is_listed_not_ranked_with_the_reason(board, changes, reason):
+    lb, questions, tmp_path = board
+    path = edit_record(tmp_path / "results", "Beta", **changes)
+    again = make_lb(tmp_path / "results", questions)  # starts
+    assert [e["model_name"] for e in again.results["mmau-test-mini"]["entries"]] == ["Alpha"]
+    assert any(x.startswith(f"submissions/{path.name}: ") and reason in x for x in again.excluded["mmau-test-mini"]), \
+        again.excluded
+
+
+def test_an_owner_that_is_not_a_username_cannot_crash_a_replacement(board):
+    lb, _, tmp_path = board
+    lb.access = Access.from_settings(True, [], daily_limit=5)
+    edit_record(tmp_path / "results", "Beta", owner=5)  # before: AttributeError in check_replace
+    with pytest.raises(StoreError, match="cannot be read \\(field 'owner' must be a Hub username"):
+        lb.submit("mmau-test-mini", "Beta", "", write_sub(tmp_path / "b.jsonl", answers_with({2})), replace=True,
+                  profile=type("P", (), {"username": "mallory"})())
+
+
+@pytest.mark.parametrize("content", [b'{"submissions": null}', b'{"submissions": [{"at": "2026', b"[]", b"\xff"])
+def test_a_broken_daily_log_refuses_the_submission_instead_of_resetting_the_limit(board, content):
+    from datetime import UTC, datetime
+
+    lb, _, tmp_path = board
+    lb.access = Access.from_settings(True, [], daily_limit=5)
+    log = tmp_path / "results" / log_path("alice", datetime.now(UTC))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(content)  # before: TypeError (null), or read as empty (torn): the count reset to 0
+    alice = type("P", (), {"username": "alice"})()
+    with pytest.raises(StoreError, match="submission log .* cannot be read .* refused"):
+        lb.submit("mmau-test-mini", "Gamma", "", write_sub(tmp_path / "g.jsonl", answers_with({4})), profile=alice)
+    assert log.read_bytes() == content and "Gamma" not in json.dumps(lb.results["mmau-test-mini"]["entries"])
