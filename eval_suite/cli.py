@@ -36,6 +36,7 @@ from eval_suite.scoring import score_file
 from eval_suite.tables import markdown_table
 
 EXIT_INVALID = 2  # input that fails validation, or options that cannot work together (argparse uses 2 too)
+EXIT_FAILED = 1  # an input/output error during the run
 METRIC_COLUMNS = ("n", "spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
 
 
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID) from None
+    except OSError as err:  # what the checks before loading cannot foresee (a full disk): one line, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_FAILED) from None
     return 0
 
 

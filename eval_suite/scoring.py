@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +22,63 @@ from eval_suite import sharding
 from eval_suite.loading import UsageError, load_model, package_version, reference_fields, resolve_revision
 
 SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
+
+
+# ------------------------------------------------------------------------------------------------ paths
+
+
+def _input_problem(path: Path) -> str | None:
+    if not path.exists():
+        return "no such file"
+    if path.is_dir():
+        return "is a folder, not a file"
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """`a` and `b` name one file: the same path once resolved (`./o.jsonl`, a symlink), or the same inode (a hard
+    link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _output_problem(path: Path) -> str | None:
+    if path.is_dir():
+        return "is a folder; name a file"
+    folder = path.parent
+    while not folder.exists():  # the missing folders are created when the run starts
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:  # really write: a read-only file system refuses root too, which os.access would not tell
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as err:
+        return f"cannot write in {folder} ({err.strerror or err})"
+
+
+def check_paths(inputs: dict[str, Path | None], outputs: dict[str, Path | None]) -> None:
+    """Refuse, before any model is loaded, paths that cannot work: an input that is missing, a folder or
+    unreadable; an output that is a folder, in a folder that cannot be written, or that is one of the inputs
+    (scoring it would destroy it) or another output. Keys are the option names the messages use."""
+    for flag, path in inputs.items():
+        if path is not None and (problem := _input_problem(Path(path))):
+            raise UsageError(f"{flag} {path}: {problem}")
+    given = [(flag, Path(path)) for flag, path in outputs.items() if path is not None]
+    for i, (flag, path) in enumerate(given):
+        for other, source in [*((f, Path(p)) for f, p in inputs.items() if p is not None), *given[:i]]:
+            if _same_file(path, source):
+                raise UsageError(f"{flag} {path}: is the same file as {other} {source}; choose another {flag}")
+        if problem := _output_problem(path):
+            raise UsageError(f"{flag} {path}: {problem}")
 
 
 # ------------------------------------------------------------------------------------------------ input
@@ -266,6 +325,9 @@ def score_file(args, warn) -> tuple[dict, list[str]] | None:
     after the results, on the main process (None on the others). `warn(text)` is called with each warning about
     the options, as soon as it is known."""
     started = time.time()
+    check_paths({"--input": args.input, "--tune-clamp-on": args.tune_clamp_on},
+                {"--output": args.output, "--summary": args.summary,
+                 "--output (its partial file)": sharding.shard_path(Path(args.output), 0, 1)})
     if args.tune_clamp_on and args.clamp != "config":
         raise UsageError("--tune-clamp-on chooses the clamp threshold: do not combine it with --clamp")
     if args.batch_size < 1 or args.chunk_size < 1:

@@ -6,6 +6,7 @@ sign-in logs, `--login on` outside a Space, and look-alike names."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,79 @@ def test_a_broken_daily_log_refuses_the_submission_instead_of_resetting_the_limi
     with pytest.raises(StoreError, match="submission log .* cannot be read .* refused"):
         lb.submit("mmau-test-mini", "Gamma", "", write_sub(tmp_path / "g.jsonl", answers_with({4})), profile=alice)
     assert log.read_bytes() == content and "Gamma" not in json.dumps(lb.results["mmau-test-mini"]["entries"])
+
+
+# ------------------------------------------------------------------------------------------------ 2. and 4. paths
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Path checks come before the model loads: loading fails the test."""
+    monkeypatch.setattr(scoring, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+
+
+def score_exit(tmp_path, *argv) -> int:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--model", str(tmp_path / "model"), "--no-progress", *map(str, argv)])
+    return exit_.value.code
+
+
+@pytest.mark.parametrize("output", ["same", "dot", "symlink", "hardlink"])
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(tmp_path, capsys, no_model, monkeypatch, output):
+    inp = write_lines(tmp_path / "o.jsonl", [GOOD])
+    before = inp.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    out = {"same": Path("o.jsonl"), "dot": Path("./o.jsonl"), "symlink": tmp_path / "link.jsonl",
+           "hardlink": tmp_path / "hard.jsonl"}[output]
+    if output == "symlink":
+        out.symlink_to(inp)
+    if output == "hardlink":
+        os.link(inp, out)
+    assert score_exit(tmp_path, "--input", "o.jsonl", "--output", out) == 2  # before: exit 0, input overwritten
+    assert one_error_line(capsys) == (f"error: --output {out}: is the same file as --input o.jsonl; "
+                                      "choose another --output")
+    assert inp.read_bytes() == before and not list(tmp_path.glob("*.partial*"))
+
+
+def test_a_summary_that_is_the_input_or_the_output_is_refused(tmp_path, capsys, no_model):
+    inp = write_lines(tmp_path / "in.jsonl", [GOOD])
+    assert score_exit(tmp_path, "--input", inp, "--output", tmp_path / "o.jsonl", "--summary", inp) == 2
+    assert "--summary" in one_error_line(capsys)
+    assert score_exit(tmp_path, "--input", inp, "--output", tmp_path / "o.jsonl", "--summary", tmp_path / "o.jsonl") == 2
+    assert one_error_line(capsys).endswith("is the same file as --output " + str(tmp_path / "o.jsonl") + "; choose another --summary")
+
+
+def read_only_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot write in: chmod 555, or for root (whom permissions do not stop) /sys, a
+    read-only file system in containers."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    folder = Path("/sys")
+    try:
+        (folder / "orca-probe").write_bytes(b"")
+    except OSError:
+        return folder
+    pytest.skip("running as root with a writable /sys: no read-only folder to test with")
+
+
+def test_bad_paths_exit_2_with_one_line_before_the_model_loads(tmp_path, capsys, no_model):
+    inp = write_lines(tmp_path / "in.jsonl", [GOOD])
+    out = tmp_path / "out.jsonl"
+    (tmp_path / "folder").mkdir()
+    cases = [  # before: FileNotFoundError, IsADirectoryError, PermissionError after loading, IsADirectoryError
+        (["--input", tmp_path / "missing.jsonl", "--output", out], f"--input {tmp_path / 'missing.jsonl'}: no such file"),
+        (["--input", tmp_path / "folder", "--output", out], f"--input {tmp_path / 'folder'}: is a folder, not a file"),
+        (["--input", inp, "--output", read_only_folder(tmp_path) / "o.jsonl"], "cannot write in "),
+        (["--input", inp, "--output", tmp_path / "folder"], f"--output {tmp_path / 'folder'}: is a folder; name a file"),
+        (["--input", inp, "--output", inp / "x.jsonl"], f"{inp} is not a folder"),
+        (["--input", inp, "--output", out, "--tune-clamp-on", tmp_path / "dev.jsonl"], "--tune-clamp-on"),
+        (["--input", inp, "--output", out, "--summary", tmp_path / "folder"], "--summary"),
+    ]
+    for argv, message in cases:
+        assert score_exit(tmp_path, *argv) == 2, argv
+        line = one_error_line(capsys)
+        assert line.startswith("error: --") and message in line, (argv, line)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "ro") == ["folder", "in.jsonl"]  # nothing written
