@@ -15,7 +15,12 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-SCORE_TYPES = ("beta", "multinomial", "bernoulli")
+try:  # loaded by transformers from a Hub snapshot: the other files sit beside this one
+    from .heads_orca import HEADS, head_for
+except ImportError:  # imported from the repository / an installed package
+    from heads_orca import HEADS, head_for
+
+SCORE_TYPES = tuple(HEADS)  # the heads (heads_orca.HEADS), each one class
 POOLINGS = ("last", "mean", "cls")
 TEMPLATE_FIELDS = ("question", "reference", "rationale", "transcript", "candidate")
 REFERENCE_MODES = ("join", "max")
@@ -35,9 +40,9 @@ class OrcaConfig(PreTrainedConfig):
         backbone_config (`dict` or `PreTrainedConfig`):
             Config of the pre-trained LM (any model type `AutoConfig` knows: llama, olmo2, gemma3_text, qwen2,
             bert, ...). Its base model (`AutoModel`) is used: no vocabulary projection is ever computed.
-        score_type (`str`): likelihood of the head. `"beta"`: 2 outputs (log alpha, log beta) of a Beta over
-            ratings scaled to [0, 1]; `"multinomial"`: one logit per rating; `"bernoulli"`: 1 logit, the mean
-            rating scaled to [0, 1] (mean only, the paper's baseline).
+        score_type (`str`): likelihood of the head, a name in `heads_orca.HEADS`. `"beta"`: 2 outputs (log alpha,
+            log beta) of a Beta over ratings scaled to [0, 1]; `"multinomial"`: one logit per rating;
+            `"bernoulli"`: 1 logit, the mean rating scaled to [0, 1] (mean only, the paper's baseline).
         pooling (`str`): `"last"` (last non-pad token, the paper's choice for decoders), `"mean"` or `"cls"`
             (first non-pad token, for encoders).
         rating_min, rating_max (`int`): the Likert scale, 1..5 in the paper. Means and variances are reported on it.
@@ -81,7 +86,7 @@ class OrcaConfig(PreTrainedConfig):
     sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="llama")}
 
     backbone_config: dict | PreTrainedConfig | None = None
-    score_type: Literal["beta", "multinomial", "bernoulli"] = "multinomial"
+    score_type: Literal["beta", "multinomial", "bernoulli"] = "multinomial"  # the names in heads_orca.HEADS
     pooling: Literal["last", "mean", "cls"] = "last"
     rating_min: int = 1
     rating_max: int = 5
@@ -158,7 +163,7 @@ class OrcaConfig(PreTrainedConfig):
 
     @property
     def num_head_outputs(self) -> int:
-        return {"beta": 2, "multinomial": self.num_ratings, "bernoulli": 1}[self.score_type]
+        return head_for(self).num_outputs
 
 
 __all__ = ["OrcaConfig"]

@@ -2,22 +2,20 @@
 
 x = [question; reference; rationale; transcript; candidate] -> backbone (base model, no vocabulary logits) ->
 final hidden state at one position (the last real token by default) -> Linear -> parameters of a likelihood of the
-1-5 ratings (Beta, Multinomial or Bernoulli). Read top to bottom: the heads' statistics and losses; the model
-(`forward`); the scoring path (`predict`); the `pipeline()` task. A Hub checkpoint carries this file and the three
-it imports: configuration_orca.py (the config and its input template), processing_orca.py (formatting and
-tokenising records) and packing_orca.py (padded and prefix-tree batches). Nothing here changes process-wide
-settings or the backbone.
+1-5 ratings (Beta, Multinomial or Bernoulli: the heads, one class each in heads_orca.py). Read top to bottom: the
+heads' statistics and losses; the model (`forward`); the scoring path (`predict`); the `pipeline()` task. A Hub
+checkpoint carries this file and the four it imports: configuration_orca.py (the config and its input template),
+heads_orca.py (the heads), processing_orca.py (formatting and tokenising records) and packing_orca.py (padded and
+prefix-tree batches). Nothing here changes process-wide settings or the backbone.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, Pipeline, PreTrainedModel
@@ -27,10 +25,12 @@ from transformers.utils import ModelOutput, logging
 
 try:  # loaded by transformers from a Hub snapshot: the other files sit beside this one
     from .configuration_orca import OrcaConfig
+    from .heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
     from .packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
     from .processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
 except ImportError:  # imported from the repository / an installed package
     from configuration_orca import OrcaConfig
+    from heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
     from packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
     from processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
 
@@ -42,86 +42,15 @@ PIPELINE_TASK = "orca-scoring"  # pipeline(PIPELINE_TASK, model=folder_or_repo, 
 TOKENS_PER_BATCH_SIZE_UNIT = 256
 
 
-def rating_to_unit(x, rating_min: float = 1, rating_max: float = 5):
-    """A rating on the rating_min..rating_max scale (float, numpy array or tensor) on [0, 1]: (x - 1) / 4."""
-    return (x - rating_min) / (rating_max - rating_min)
-
-
-def unit_to_rating(u, rating_min: float = 1, rating_max: float = 5):
-    """The inverse of `rating_to_unit`: 1 + 4 u."""
-    return rating_min + (rating_max - rating_min) * u
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# The three likelihoods: statistics on the rating scale and the negative log-likelihood of individual ratings
-
-
-def _beta_params(logits: torch.Tensor, config: OrcaConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    log_ab = logits.float().clamp(-config.beta_log_param_limit, config.beta_log_param_limit)
-    return log_ab[..., 0].exp(), log_ab[..., 1].exp()
-
-
-def betainc(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, max_terms: int = 4096) -> torch.Tensor:
-    """The regularised incomplete beta function I_x(a, b) (the Beta CDF), elementwise in float64, by its continued
-    fraction (modified Lentz; Numerical Recipes 6.4). torch has no betainc; this stays on the tensors' device. Not
-    differentiable. Up to `max_terms` terms: the fraction needs about sqrt(max(a, b)) of them near the mean of a
-    very concentrated Beta, a handful elsewhere; convergence is checked every 16 terms."""
-    dtype = torch.float32 if a.device.type == "mps" else torch.float64  # MPS has no float64
-    a, b, x = (t.detach().to(dtype) for t in torch.broadcast_tensors(a, b, x))
-    # the fraction converges fast for x < (a + 1) / (a + b + 2); beyond it, I_x(a, b) = 1 - I_{1-x}(b, a)
-    flip = x > (a + 1) / (a + b + 2)
-    a, b, x = torch.where(flip, b, a), torch.where(flip, a, b), torch.where(flip, 1 - x, x)
-    log_front = a * x.log() + b * torch.log1p(-x) + torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b) - a.log()
-    negligible = log_front < math.log(torch.finfo(dtype).tiny)  # x^a (1-x)^b / (a B(a, b)) underflows: I = 0
-    tiny = torch.finfo(dtype).tiny * 1e10
-
-    def nonzero(t):
-        return torch.where(t.abs() < tiny, tiny, t)
-
-    c = torch.ones_like(x)
-    d = 1 / nonzero(1 - (a + b) * x / (a + 1))
-    h = d
-    for m in range(1, max_terms + 1):
-        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        for coef in (even, odd):
-            d = 1 / nonzero(1 + coef * d)
-            c = nonzero(1 + coef / c)
-            h = h * d * c
-        if m % 16 == 0 and bool((((d * c - 1).abs() < 4 * torch.finfo(dtype).eps) | negligible).all()):
-            break
-    value = torch.where(negligible, 0.0, log_front.exp() * h)
-    return torch.where(flip, 1 - value, value)
-
-
-def beta_bin_probs(alpha: torch.Tensor, beta: torch.Tensor, num_bins: int) -> torch.Tensor:
-    """(B, num_bins) float32: the Beta(alpha, beta) mass of each of `num_bins` equal parts of [0, 1] (not
-    differentiable)."""
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64, device=alpha.device)[1:-1]  # (K - 1,)
-    cdf = betainc(alpha[:, None], beta[:, None], edges[None].to(alpha.device))  # (B, K - 1)
-    cdf = torch.cat([torch.zeros_like(cdf[:, :1]), cdf, torch.ones_like(cdf[:, :1])], dim=1)
-    return cdf.diff(dim=1).clamp_min(0).float()
+# The heads (heads_orca.py, one class per likelihood): statistics on the rating scale and the negative
+# log-likelihood of individual ratings, for the head `config.score_type` names
 
 
 def distribution_statistics(logits: torch.Tensor, config: OrcaConfig, with_probs: bool = True):
     """(mean, variance, probs) on the rating scale; variance and probs are None for Bernoulli, probs also for Beta
     without `with_probs` (its bin masses take a numerical series: `forward` skips them while training)."""
-    lo, hi, k = config.rating_min, config.rating_max, config.num_ratings
-    span = hi - lo
-    if config.score_type == "beta":
-        alpha, beta = _beta_params(logits, config)
-        total = alpha + beta
-        mean = unit_to_rating(alpha / total, lo, hi)
-        variance = span**2 * alpha * beta / (total**2 * (total + 1))
-        return mean, variance, beta_bin_probs(alpha, beta, k) if with_probs else None
-    if config.score_type == "multinomial":
-        probs = logits.float().softmax(-1)  # (B, K)
-        values = torch.arange(lo, lo + k, device=logits.device, dtype=probs.dtype)
-        mean = probs @ values
-        variance = (probs * (values - mean[:, None]) ** 2).sum(-1)
-        return mean, variance, probs
-    phi = torch.sigmoid(logits.float()[..., 0])
-    return unit_to_rating(phi, lo, hi), None, None
+    return head_for(config).statistics(logits, with_probs)
 
 
 def check_ratings(ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
@@ -145,22 +74,9 @@ def check_ratings(ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
 def ratings_nll(logits: torch.Tensor, ratings: torch.Tensor, config: OrcaConfig) -> torch.Tensor:
     """Negative log-likelihood of each item's ratings, shape (B,): summed over its individual ratings
     (Beta, Multinomial); cross-entropy against the mean rating scaled to [0, 1] (Bernoulli)."""
-    present = check_ratings(ratings, config)
-    clamped = ratings.clamp(config.rating_min, config.rating_max)
-    scaled = rating_to_unit(clamped.float(), config.rating_min, config.rating_max)  # (B, R) in [0, 1]
-    if config.score_type == "beta":
-        alpha, beta = _beta_params(logits, config)
-        eps = config.beta_epsilon
-        y = scaled.clamp(eps, 1 - eps)
-        a, b = alpha[:, None], beta[:, None]
-        log_pdf = (a - 1) * y.log() + (b - 1) * torch.log1p(-y) + torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b)
-        return -(log_pdf * present).sum(-1)
-    if config.score_type == "multinomial":
-        log_probs = logits.float().log_softmax(-1)
-        index = (clamped - config.rating_min).long()
-        return -(log_probs.gather(-1, index) * present).sum(-1)
-    target = (scaled * present).sum(-1) / present.sum(-1)
-    return F.binary_cross_entropy_with_logits(logits.float()[..., 0], target, reduction="none")
+    present = check_ratings(ratings, config)  # (B, R)
+    clamped = ratings.clamp(config.rating_min, config.rating_max)  # the padding too: `present` masks it out
+    return head_for(config).nll(logits, clamped, present)
 
 
 def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
@@ -536,6 +452,7 @@ PipelineRegistry(supported_tasks={}, task_aliases={}).register_pipeline(
 )
 
 __all__ = [
+    "HEADS",
     "OrcaForCorrectnessDistribution",
     "OrcaOutput",
     "OrcaPreTrainedModel",
@@ -548,6 +465,7 @@ __all__ = [
     "check_ratings",
     "clamp_confident_score",
     "distribution_statistics",
+    "head_for",
     "pad_ratings",
     "rating_to_unit",
     "ratings_nll",

@@ -27,7 +27,7 @@ for folder in sys.argv[1].split(","):
     assert "transformers_modules" in type(model).__module__, type(model).__module__
     out[folder] = model.predict(records, tokenizer, batch_size=2)
 # every file of the model came from the saved folders (transformers_modules), none from the repository
-repo_modules = {"modeling_orca", "configuration_orca", "processing_orca", "packing_orca"} & set(sys.modules)
+repo_modules = {"modeling_orca", "configuration_orca", "heads_orca", "processing_orca", "packing_orca"} & set(sys.modules)
 assert not repo_modules, repo_modules
 print(json.dumps(out))
 """
@@ -48,7 +48,7 @@ def test_round_trip_through_automodel_in_fresh_process(tmp_path, smollm2_tokeniz
             folder = tmp_path / f"{kind}-{score_type}"
             model.save_pretrained(folder)
             tokenizer.save_pretrained(folder)
-            assert sorted(p.name for p in folder.glob("*.py")) == ["configuration_orca.py", "modeling_orca.py", "packing_orca.py", "processing_orca.py"]
+            assert sorted(p.name for p in folder.glob("*.py")) == ["configuration_orca.py", "heads_orca.py", "modeling_orca.py", "packing_orca.py", "processing_orca.py"]
             config = json.loads((folder / "config.json").read_text())
             assert config["auto_map"] == {
                 "AutoConfig": "configuration_orca.OrcaConfig",
