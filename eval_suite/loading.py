@@ -1,5 +1,5 @@
 """Loading an ORCA model for scoring: the one loader (orca-score, orca-eval, orca-leaderboard, the Space app),
-what identifies the model that scored (its Hub commit or a folder's file hash), the package's version, and the
+what identifies the model that scored (its Hub commit or a hash of a folder's files), the package's version, and the
 reference release's field names for a prediction."""
 
 from __future__ import annotations
@@ -17,16 +17,10 @@ class UsageError(Exception):
 def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, str]:
     """(revision to load, what to report). A Hub id is pinned to its commit, so the model and the tokenizer come
     from one repository state and the summary names it; a local folder is identified by its path and a hash of
-    its config/weight file names and sizes (it has no commit)."""
+    its files' contents (it has no commit; see `folder_digest`)."""
     folder = Path(model_id)
     if folder.is_dir():
-        files = sorted(
-            (p.name, p.stat().st_size)
-            for p in folder.iterdir()
-            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json"))
-        )
-        digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
-        return revision, f"{folder.resolve()}#files-sha256:{digest}"
+        return revision, f"{folder.resolve()}#files-sha256:{folder_digest(folder)}"
     from huggingface_hub import ResolvedRevision
     from transformers.utils.hub import resolve_revision as hf_resolve
 
@@ -36,6 +30,20 @@ def resolve_revision(model_id: str, revision: str | None) -> tuple[str | None, s
     if resolved and re.fullmatch(r"[0-9a-f]{40}", resolved):
         return resolved, resolved
     return resolved, resolved or "unresolved (default branch)"
+
+
+def folder_digest(folder: Path) -> str:
+    """SHA-256 over the name and content of every file at the top of a model folder but its Markdown and hidden
+    files: config, weights, tokenizer files and the code `trust_remote_code` runs all change scores. Names and
+    sizes alone let `--resume` mix two models (weights overwritten with others of the same size). Computed once
+    per run, by reading every byte (measured in docs/robustness.md)."""
+    total = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and path.suffix != ".md":
+            with open(path, "rb") as fh:
+                digest = hashlib.file_digest(fh, "sha256").hexdigest()
+            total.update(json.dumps([path.name, digest]).encode())
+    return total.hexdigest()[:16]
 
 
 def resolve_device(device: str | None) -> str:

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+import test_eval_cli
 from test_leaderboard import answers_with, question_rows, write_sub
 from test_leaderboard_app import make_lb
 
 from dataset_builder.readers import JsonLines, read_records
 from dataset_builder.schema import MAX_DEPTH, RecordError, validate_record
-from eval_suite import cli, scoring
+from eval_suite import cli, scoring, sharding
 from eval_suite.leaderboard.access import Access, log_path
 from eval_suite.leaderboard.data import SubmissionError, load_questions, read_submission
 from eval_suite.leaderboard.store import StoreError, read_record
 
+model_dir = test_eval_cli.model_dir  # the fixture: a tiny random ORCA saved as a folder
 GOOD = {"id": "a", "question": "Which animal?", "reference": "dog", "candidate": "a dog"}
 DEEP = "[" * 1000 + "]" * 1000  # what the review fed orca-score: RecursionError, exit 1
 
@@ -242,3 +245,36 @@ def test_bad_paths_exit_2_with_one_line_before_the_model_loads(tmp_path, capsys,
         line = one_error_line(capsys)
         assert line.startswith("error: --") and message in line, (argv, line)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "ro") == ["folder", "in.jsonl"]  # nothing written
+
+
+# ------------------------------------------------------------------------------------------------ 3. resume, two models
+
+
+def test_resume_refuses_a_folder_model_whose_weights_changed_at_the_same_size(tmp_path, model_dir, monkeypatch, capsys):
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    inp = write_lines(tmp_path / "in.jsonl", [{**GOOD, "id": f"r{i}", "candidate": f"answer {i}"} for i in range(6)])
+    args = ["--model", model, "--input", inp, "--output", tmp_path / "out.jsonl", "--chunk-size", "2", "--no-progress"]
+    real_write = sharding.write_chunk
+
+    def die_after_first_chunk(fh, lines):
+        real_write(fh, lines)
+        raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(sharding, "write_chunk", die_after_first_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(list(map(str, args)))
+    monkeypatch.setattr(sharding, "write_chunk", real_write)
+
+    weights = model / "model.safetensors"
+    size, tensors = weights.stat().st_size, load_file(weights)
+    save_file({k: -v for k, v in tensors.items()}, weights, metadata={"format": "pt"})  # another model, same size
+    assert weights.stat().st_size == size
+    with pytest.raises(SystemExit) as exit_:  # before: exit 0, 4 of the 6 lines from the second model
+        cli.main([*map(str, args), "--resume"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "produced with other settings (revision: " in err.splitlines()[-1]
+    assert not (tmp_path / "out.jsonl").exists()
