@@ -76,6 +76,7 @@ def build_reference_checkpoint(root: Path, score_type: str, lora: bool, seed: in
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval_suite.backbones import smollm2_path
+    from eval_suite.reference_checkpoint import REFERENCE_HEADS
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
@@ -110,7 +111,7 @@ def build_reference_checkpoint(root: Path, score_type: str, lora: bool, seed: in
         batch = tokenizer(texts, add_special_tokens=False, padding=True, padding_side="right", return_tensors="pt")
         hidden = lm(**batch, output_hidden_states=True).hidden_states[-1]
         pooled = hidden[torch.arange(len(texts)), batch["attention_mask"].sum(-1) - 1]  # [8, H]
-    outputs = 5 if score_type == "multinomial" else 2
+    outputs = REFERENCE_HEADS[score_type].outputs  # the release's head: 2 logits for bernoulli, not our 1
     weight = torch.randn(outputs, pooled.shape[1])
     weight *= 1.5 / (pooled @ weight.T).std(0).mean()
     bias = -(pooled @ weight.T).mean(0)

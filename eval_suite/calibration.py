@@ -5,13 +5,15 @@ away from the human ones while the ranking holds; MAE then pays. The map is fitt
 NLL of every individual dev rating, `modeling_orca.ratings_nll`) and folded into the score head's weight and bias,
 so the saved model scores calibrated with no code or config of its own: every scoring path gives the same numbers.
 T is a temperature (how sure), s a shift along d, the direction that moves the predicted rating up (how high).
-`eval_suite.final_eval.choose_calibration` fits it on dev and keeps it only where it helps there.
+Both the inverse of the predictions and d are the head's own (heads_orca: `outputs_from_predictions`,
+`shift_direction`). `eval_suite.final_eval.choose_calibration` fits it on dev and keeps it only where it helps there.
 """
 
 from __future__ import annotations
 
 import torch
 
+from heads_orca import head_for
 from modeling_orca import pad_ratings, ratings_nll
 
 
@@ -19,24 +21,17 @@ def head_outputs(preds: list[dict], config) -> torch.Tensor:
     """(N, num_head_outputs) float64: head outputs that give `preds` (the dicts `predict` returns), up to what the
     likelihood ignores (a constant per row for Multinomial), so that any affine map of them gives the predictions
     the mapped head would."""
-    lo, span = config.rating_min, config.rating_max - config.rating_min
-    if config.score_type == "multinomial":
-        probs = torch.tensor([p["probs"] for p in preds], dtype=torch.float64)  # (N, K)
-        return probs.clamp_min(torch.finfo(torch.float32).tiny).log()
-    mean = (torch.tensor([p["mean"] for p in preds], dtype=torch.float64) - lo) / span  # (N,) in [0, 1]
-    if config.score_type == "bernoulli":
-        return torch.logit(mean)[:, None]
-    variance = torch.tensor([p["variance"] for p in preds], dtype=torch.float64) / span**2
-    total = mean * (1 - mean) / variance - 1  # alpha + beta
-    return torch.stack([(mean * total).log(), ((1 - mean) * total).log()], dim=1)
+
+    def column(key):  # (N,) or (N, K) float64; None where the head predicts no such thing
+        return None if preds[0][key] is None else torch.tensor([p[key] for p in preds], dtype=torch.float64)
+
+    return head_for(config).outputs_from_predictions(column("mean"), column("variance"), column("probs"))
 
 
 def shift_direction(config) -> torch.Tensor:
     """(num_head_outputs,) float64: the head outputs' direction that moves the predicted rating up: the rating
     itself (centred) as a bias per Multinomial rating, +log alpha -log beta for Beta, the logit for Bernoulli."""
-    if config.score_type == "multinomial":
-        return torch.arange(config.num_ratings, dtype=torch.float64) - (config.num_ratings - 1) / 2
-    return torch.tensor([1.0, -1.0] if config.score_type == "beta" else [1.0], dtype=torch.float64)
+    return head_for(config).shift_direction()
 
 
 def fit_affine(logits: torch.Tensor, ratings: list[list[int]], config, max_iter: int = 200) -> tuple[float, float]:

@@ -26,8 +26,9 @@ def choose_clamping(config, dev_records: list[dict], dev_preds: list[dict]) -> d
     """The paper's protocol: tune the clamping threshold on dev (maximising rho + tau - MAE), switch clamping on in
     `config` only where it beats no clamping there. Returns the record for metrics.json."""
     from eval_suite.clamping import tune_on_predictions
+    from heads_orca import head_for
 
-    if dev_preds[0]["variance"] is None:  # Bernoulli: no variance to gate on
+    if not head_for(config).has_variance:  # e.g. Bernoulli: no variance to gate on
         config.clamp, config.clamp_variance_threshold = False, None
         return {"enabled": False, "reason": f"the {config.score_type} head predicts no variance"}
     human_mean = [sum(r["ratings"]) / len(r["ratings"]) for r in dev_records]

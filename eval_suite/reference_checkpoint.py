@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from dataset_builder.files import staged_dir
@@ -30,11 +32,57 @@ REFERENCE_TEMPLATE = dict(
     pooling="last", reference_mode="join", reference_joiner=" / ", max_joined_references=NO_LIMIT,
     max_reference_chars=NO_LIMIT, max_scored_references=0, max_length=NO_LIMIT, clamp=False,
 )
-# reference score_type -> ours. "mse" is scored like "bernoulli" (softmax entry 0) and "bmm" like "beta"
+
+
+def _reference_beta(z):
+    a, b = z.exp()
+    return a / (a + b), a * b / ((a + b + 1) * (a + b) ** 2)
+
+
+def _reference_multinomial(z):
+    import torch
+
+    probs, k = z.softmax(-1), torch.arange(5, dtype=torch.float64) / 4
+    rating = probs @ k
+    return rating, probs @ (k - rating) ** 2
+
+
+def _reference_bernoulli(z):  # entry 0 of a softmax over two logits; no variance
+    import torch
+
+    return z.softmax(-1)[0], torch.zeros(())
+
+
+def _difference_of_rows(weight, bias):  # softmax([z0, z1])[0] = sigmoid(z0 - z1): one logit, the rows' difference
+    return (weight[0] - weight[1])[None], (bias[0] - bias[1])[None]
+
+
+def _same_rows(weight, bias):
+    return weight, bias
+
+
+@dataclass(frozen=True)
+class ReferenceHead:
+    """A head of the reference release: our head it converts to (`score_type`), the rows of its linear layer, its
+    own computation of (rating_orca, variance_orca) on [0, 1] from that layer's float64 outputs z (written out here
+    as the release does, independently of heads_orca: the conversion is checked against it) and the map of its
+    (weight, bias) onto our head's."""
+
+    score_type: str
+    outputs: int
+    rating_and_variance: Callable
+    to_ours: Callable = _same_rows
+
+
+# the release's score_type -> its head. "mse" is scored like "bernoulli" (softmax entry 0) and "bmm" like "beta"
 # (the same parameters, trained with other losses).
-REFERENCE_SCORE_TYPES = {"bernoulli": "bernoulli", "mse": "bernoulli", "beta": "beta", "bmm": "beta",
-                         "multinomial": "multinomial"}
-REFERENCE_HEAD_OUTPUTS = {"bernoulli": 2, "beta": 2, "multinomial": 5}
+REFERENCE_HEADS = {
+    "bernoulli": ReferenceHead("bernoulli", 2, _reference_bernoulli, _difference_of_rows),
+    "mse": ReferenceHead("bernoulli", 2, _reference_bernoulli, _difference_of_rows),
+    "beta": ReferenceHead("beta", 2, _reference_beta),
+    "bmm": ReferenceHead("beta", 2, _reference_beta),
+    "multinomial": ReferenceHead("multinomial", 5, _reference_multinomial),
+}
 
 _LONG_RATIONALE = " ".join(f"Bell {i} rings in the old stone tower, and the wind carries its echo over the square."
                            for i in range(1, 41))  # about 800 tokens: over the 512 our own models are cut to
@@ -86,7 +134,7 @@ def reference_input(record: dict) -> str:
             f"|correct answer: {ref} |candidate answer: {record['candidate']}")
 
 
-def reference_predictions(causal_lm, tokenizer, weight, bias, score_type: str, records: list[dict]) -> list[dict]:
+def reference_predictions(causal_lm, tokenizer, weight, bias, head: ReferenceHead, records: list[dict]) -> list[dict]:
     """`rating_orca` and `variance_orca` (on [0, 1], as the release writes them) computed the release's way: its
     string, tokenised whole without special tokens, the causal LM's last hidden state at the last token, its head
     mapping (in float64). One input at a time, so no padding."""
@@ -98,15 +146,7 @@ def reference_predictions(causal_lm, tokenizer, weight, bias, score_type: str, r
             ids = tokenizer(reference_input(record), add_special_tokens=False, return_tensors="pt")["input_ids"]
             hidden = causal_lm(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]  # [H]
             z = hidden.double() @ weight.double().T + bias.double()  # [K]
-            if score_type == "beta":
-                a, b = z.exp()
-                rating, variance = a / (a + b), a * b / ((a + b + 1) * (a + b) ** 2)
-            elif score_type == "multinomial":
-                probs, k = z.softmax(-1), torch.arange(5, dtype=torch.float64) / 4
-                rating = probs @ k
-                variance = probs @ (k - rating) ** 2
-            else:  # bernoulli (and mse): entry 0 of a softmax over two logits; no variance
-                rating, variance = z.softmax(-1)[0], torch.zeros(())
+            rating, variance = head.rating_and_variance(z)
             out.append({"rating_orca": float(rating), "variance_orca": float(variance)})
     return out
 
@@ -120,9 +160,9 @@ def read_reference_checkpoint(src: Path) -> tuple[dict, dict]:
             raise ConversionError(f"{need} not found: expected a reference checkpoint with model/config.yaml, "
                                "model/lm/, model/model_minus_lm.pt and tokenizer/")
     ref_config = read_reference_config(model_dir / "config.yaml")
-    if ref_config.get("score_type") not in REFERENCE_SCORE_TYPES:
+    if ref_config.get("score_type") not in REFERENCE_HEADS:
         raise ConversionError(f"reference score_type {ref_config.get('score_type')!r} is not one of "
-                           f"{', '.join(REFERENCE_SCORE_TYPES)}")
+                           f"{', '.join(REFERENCE_HEADS)}")
     if list(ref_config.get("layers_to_use", [-1]) or []) != [-1]:
         raise ConversionError(f"layers_to_use={ref_config['layers_to_use']}: only the last layer ([-1]) can be converted")
     if ref_config.get("use_cls_token"):
@@ -188,7 +228,8 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
     from processing_orca import set_pad_token
 
     ref_config, head = read_reference_checkpoint(src)
-    ref_type = REFERENCE_SCORE_TYPES[ref_config["score_type"]]
+    ref_head = REFERENCE_HEADS[ref_config["score_type"]]
+    ref_type = ref_head.score_type
     lm_dir = src / "model" / "lm"
     # merge in float32 whatever the stored dtype, then cast once at the end
     if (lm_dir / "adapter_config.json").exists():
@@ -208,24 +249,20 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
     weight, bias = head["linear.weight"].float(), head["linear.bias"].float()
     backbone = causal.base_model  # the decoder without its lm_head: what AutoModel loads
     hidden = backbone.config.get_text_config().hidden_size
-    if tuple(weight.shape) != (REFERENCE_HEAD_OUTPUTS[ref_type], hidden) or tuple(bias.shape) != (weight.shape[0],):
+    if tuple(weight.shape) != (ref_head.outputs, hidden) or tuple(bias.shape) != (weight.shape[0],):
         raise ConversionError(f"head of shape {tuple(weight.shape)} does not fit score_type {ref_config['score_type']!r} "
-                           f"and hidden size {hidden} (expected {(REFERENCE_HEAD_OUTPUTS[ref_type], hidden)})")
+                           f"and hidden size {hidden} (expected {(ref_head.outputs, hidden)})")
 
     backbone.config.pad_token_id = tokenizer.pad_token_id
     config = OrcaConfig(backbone_config=backbone.config, score_type=ref_type, **REFERENCE_TEMPLATE)
     model = OrcaForCorrectnessDistribution(config, backbone=backbone).eval()
     with torch.no_grad():
-        if ref_type == "bernoulli":
-            # softmax([z0, z1])[0] = sigmoid(z0 - z1): one logit with the difference of the two rows
-            model.score_head.weight.copy_((weight[0] - weight[1])[None])
-            model.score_head.bias.copy_((bias[0] - bias[1])[None])
-        else:
-            model.score_head.weight.copy_(weight)
-            model.score_head.bias.copy_(bias)
+        ours_weight, ours_bias = ref_head.to_ours(weight, bias)
+        model.score_head.weight.copy_(ours_weight)
+        model.score_head.bias.copy_(ours_bias)
 
     records = REFERENCE_EDGE_RECORDS
-    want = reference_predictions(causal, tokenizer, weight, bias, ref_type, records)
+    want = reference_predictions(causal, tokenizer, weight, bias, ref_head, records)
     got = [reference_fields(p, config) for p in model.predict(records, tokenizer, batch_size=len(records))]
     worst = compare_with_reference(want, got)
     if worst > 1e-5:
