@@ -278,3 +278,40 @@ def test_resume_refuses_a_folder_model_whose_weights_changed_at_the_same_size(tm
     err = capsys.readouterr().err
     assert "Traceback" not in err and "produced with other settings (revision: " in err.splitlines()[-1]
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------------ sign-in, names
+
+
+@pytest.fixture
+def outside_a_space(monkeypatch):
+    for name in ("SYSTEM", "SPACE_ID", "OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES", "OPENID_PROVIDER_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.5", "example.org"])
+def test_login_on_outside_a_space_is_refused_before_loading(tmp_path, capsys, monkeypatch, outside_a_space, host):
+    from eval_suite.leaderboard import app
+
+    monkeypatch.setattr(app, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    # before: started, and gradio's mocked sign-in made every visitor the account of the server's token
+    assert app.main(["--model", str(tmp_path / "m"), "--login", "on", "--host", host]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: --login on outside a Space, serving on {host}: gradio would mock")
+
+
+def test_login_on_on_loopback_warns_and_a_space_needs_its_oauth_variables(monkeypatch, outside_a_space):
+    from eval_suite.leaderboard.access import OAUTH_VARS, login_wanted
+    from eval_suite.loading import UsageError
+
+    warned = []
+    assert login_wanted("on", "127.0.0.1", warn=warned.append) and "sign-in is MOCKED" in warned[0]
+    assert not login_wanted("auto", "0.0.0.0") and not login_wanted("off", "0.0.0.0")
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACE_ID", "org/board")
+    for mode in ("auto", "on"):  # a Space without `hf_oauth: true`
+        with pytest.raises(UsageError, match="this Space has no Hub sign-in .*OAUTH_CLIENT_ID"):
+            login_wanted(mode, "0.0.0.0")
+    for name in OAUTH_VARS:
+        monkeypatch.setenv(name, "x")
+    assert login_wanted("auto", "0.0.0.0") and login_wanted("on", "0.0.0.0") and not login_wanted("off", "0.0.0.0")

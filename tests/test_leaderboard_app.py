@@ -413,6 +413,7 @@ def test_the_page_signs_in_with_the_hub_only_in_a_space(tmp_path, questions, mon
     for name, value in (("OAUTH_CLIENT_ID", "id"), ("OAUTH_CLIENT_SECRET", "secret"), ("OAUTH_SCOPES", "openid profile"),
                         ("OPENID_PROVIDER_URL", "https://huggingface.co")):
         monkeypatch.setattr(gradio.oauth, name, value)
+        monkeypatch.setenv(name, value)  # gradio read them at import; login_wanted reads them now
     assert login_wanted("auto")
     lb.access = Access(login=True)
     space = build_demo(lb)

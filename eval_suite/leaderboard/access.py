@@ -12,9 +12,12 @@ SubmissionError with the reason.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from dataclasses import dataclass
 from datetime import datetime
+
+from eval_suite.loading import UsageError
 
 from .data import SubmissionError, slugify
 
@@ -26,10 +29,45 @@ def admins_from_env() -> list[str]:
     return [u.strip() for u in os.environ.get(ADMINS_ENV, "").split(",") if u.strip()]
 
 
-def login_wanted(mode: str) -> bool:
-    """--login auto: on in a Space (as gradio tells one: SYSTEM=spaces and a SPACE_ID), off elsewhere."""
-    in_space = os.environ.get("SYSTEM") == "spaces" and bool(os.environ.get("SPACE_ID"))
-    return mode == "on" or (mode == "auto" and in_space)
+# what the Hub sets in a Space with `hf_oauth: true`; gradio reads them to sign users in with the Hub
+OAUTH_VARS = ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES", "OPENID_PROVIDER_URL")
+
+
+def in_space() -> bool:
+    """As gradio tells a Space: SYSTEM=spaces and a SPACE_ID."""
+    return os.environ.get("SYSTEM") == "spaces" and bool(os.environ.get("SPACE_ID"))
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
+
+
+def login_wanted(mode: str, host: str = "127.0.0.1", warn=None) -> bool:
+    """Whether the app signs users in (--login auto: in a Space; on; off), refusing where sign-in is not real.
+
+    Outside a Space gradio mocks the Hub's OAuth: whoever clicks "Sign in" becomes the Hub account of this
+    machine's token (admin rights, its daily limit, its entries). So `on` outside a Space is refused (UsageError),
+    except on a loopback address, for development, with a warning (`warn(text)`). In a Space, sign-in needs the
+    OAuth variables that `hf_oauth: true` sets."""
+    if mode == "off" or (mode == "auto" and not in_space()):
+        return False
+    if in_space():
+        missing = [name for name in OAUTH_VARS if not os.environ.get(name)]
+        if missing:
+            raise UsageError(f"--login {mode}: this Space has no Hub sign-in ({', '.join(missing)} not set): add "
+                             "`hf_oauth: true` to its README.md, or use --login off")
+        return True
+    if not is_loopback(host):
+        raise UsageError(f"--login on outside a Space, serving on {host}: gradio would mock the Hub sign-in and "
+                         "every visitor who clicks \"Sign in\" would act as this machine's Hub account; run it in a "
+                         "Space with `hf_oauth: true`, or try sign-in on 127.0.0.1 only")
+    if warn is not None:
+        warn(f"WARNING: --login on outside a Space: sign-in is MOCKED by gradio. Anyone who can open {host} and "
+             "clicks \"Sign in\" acts as this machine's Hub account. For development on this machine only.")
+    return True
 
 
 @dataclass(frozen=True)

@@ -334,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)),
                    help="port (default: %(default)s)")
     p.add_argument("--login", choices=["auto", "on", "off"], default="auto",
-                   help="Hub sign-in to submit (OAuth; the Space needs `hf_oauth: true`); auto: on in a Space "
-                        "(default: %(default)s)")
+                   help="Hub sign-in to submit (OAuth; the Space needs `hf_oauth: true`); auto: on in a Space; "
+                        "on outside a Space is refused (gradio would mock sign-in as this machine's Hub account), "
+                        "but on 127.0.0.1 for development (default: %(default)s)")
     p.add_argument("--admin", nargs="+", default=admins_from_env(), metavar="USERNAME",
                    help="Hub usernames that may replace any entry and submit without limit (default: "
                         "$ORCA_LEADERBOARD_ADMINS, comma-separated)")
@@ -346,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def from_args(args) -> Leaderboard:
+    # checked first, like the token: refuse before minutes of loading
+    login = login_wanted(args.login, args.host, warn=lambda text: print(text, file=sys.stderr))
     token = None
     if args.results_repo:  # checked first: refuse before minutes of loading
         from huggingface_hub import get_token
@@ -359,7 +362,7 @@ def from_args(args) -> Leaderboard:
     load_revision, revision_id = resolve_revision(args.model, args.revision)
     model, tokenizer = load_model(args.model, revision=load_revision, device=args.device, dtype=args.dtype)
     store = ResultStore(args.results, args.results_repo, token=token)
-    access = Access.from_settings(login_wanted(args.login), args.admin, args.daily_limit)
+    access = Access.from_settings(login, args.admin, args.daily_limit)
     return Leaderboard(model, tokenizer, judge_meta(model, args.model, revision_id), store, questions, args, access)
 
 
