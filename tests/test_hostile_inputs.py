@@ -315,3 +315,23 @@ def test_login_on_on_loopback_warns_and_a_space_needs_its_oauth_variables(monkey
     for name in OAUTH_VARS:
         monkeypatch.setenv(name, "x")
     assert login_wanted("auto", "0.0.0.0") and login_wanted("on", "0.0.0.0") and not login_wanted("off", "0.0.0.0")
+
+
+@pytest.mark.parametrize("name, scripts", [("Model \u0410", "Cyrillic, Latin"), ("\u039codel A", "Greek, Latin"),
+                                           ("Qwen2-\u0410udio", "Cyrillic, Latin")])
+def test_names_that_mix_scripts_are_refused(board, name, scripts):
+    lb, _, tmp_path = board
+    lb.submit("mmau-test-mini", "Model A", "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    with pytest.raises(SubmissionError, match=rf"model name mixes scripts \({scripts}\)"):
+        # before: "Model А" (Cyrillic А) became a second entry beside "Model A"
+        lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / "b.jsonl", answers_with({2})))
+    names = [e["model_name"] for e in lb.results["mmau-test-mini"]["entries"]]
+    assert sorted(names) == ["Alpha", "Beta", "Model A"]
+
+
+@pytest.mark.parametrize("name", ["Qwen2-Audio 7B (\u4e2d\u6587)", "\u30e2\u30c7\u30eb Model 7B", "\ud55c\uad6d\uc5b4 model",
+                                  "\u041c\u043e\u0434\u0435\u043b\u044c 1", "caf\u00e9 e\u0301 x\u00b2"])
+def test_names_in_one_script_or_latin_with_cjk_are_accepted(board, name):
+    lb, _, tmp_path = board
+    result = lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
+    assert name in [e["model_name"] for e in result["entries"]]

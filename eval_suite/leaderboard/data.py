@@ -224,6 +224,23 @@ def hidden_characters(text: str) -> list[str]:
     return found[:5]
 
 
+# UTS #39's "highly restrictive" level: a name in one script, or Latin with the scripts Japanese, Chinese or Korean
+# write beside it. Other mixes are how look-alike names are made ("Model А" with a Cyrillic А is not "Model A").
+ALLOWED_SCRIPT_MIXES = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"}, {"LATIN", "HAN", "HANGUL"})
+
+
+def mixed_scripts(text: str) -> list[str]:
+    """The scripts of `text` (Unicode's Scripts.txt, through confusable_homoglyphs) when they mix in a way UTS #39's
+    highly restrictive level does not allow; [] when they do not. Common and inherited characters (digits,
+    punctuation, combining marks) belong to every script."""
+    from confusable_homoglyphs import categories
+
+    scripts = {categories.alias(c) for c in unicodedata.normalize("NFKC", text)} - {"COMMON", "INHERITED"}
+    if len(scripts) <= 1 or any(scripts <= allowed for allowed in ALLOWED_SCRIPT_MIXES):
+        return []
+    return sorted(scripts)
+
+
 def check_meta(model_name: str, link: str, where: str) -> list[str]:
     errors = []
     if not model_name.strip():
@@ -236,6 +253,9 @@ def check_meta(model_name: str, link: str, where: str) -> list[str]:
         if hidden:
             errors.append(f"{where}: {field} contains control or format characters ({', '.join(hidden)}): "
                           "use visible characters and plain spaces only")
+    if scripts := mixed_scripts(model_name):
+        errors.append(f"{where}: model name mixes scripts ({', '.join(x.title() for x in scripts)}), so it can look "
+                      "like another entry's name: write it in one script")
     if len(link) > MAX_LINK_CHARS:
         errors.append(f"{where}: link longer than {MAX_LINK_CHARS} characters")
     return errors
