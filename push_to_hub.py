@@ -285,7 +285,8 @@ def build_model_folder(args, out: Path) -> None:
     checkpoint = Path(args.checkpoint)
     model, tokenizer = load_checkpoint(checkpoint)
     metrics = find_metrics(checkpoint, args.metrics)
-    model.save_pretrained(out, max_shard_size=args.max_shard_size)  # safetensors; config with auto_map; both code files
+    # safetensors; config with auto_map; the model's code files (modeling_orca.py and the files it imports relatively)
+    model.save_pretrained(out, max_shard_size=args.max_shard_size)
     tokenizer.save_pretrained(out)
     tidy_saved_folder(out, type(model.backbone).__name__)
     card = model_card(model.config, metrics, repo_id=args.repo_id, revision=args.revision,
