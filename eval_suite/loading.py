@@ -9,6 +9,12 @@ import json
 import re
 from pathlib import Path
 
+# the release's field names live with its converter; imported here too, where scoring.py has always found them
+from eval_suite.reference_checkpoint import ReleaseError, reference_fields, resolve_judge
+
+__all__ = ["UsageError", "folder_digest", "load_model", "package_version", "reference_fields", "resolve_device",
+           "resolve_revision"]
+
 
 class UsageError(Exception):
     """A problem with the input or the options; reported as `error: ...` with exit code 2."""
@@ -64,8 +70,6 @@ def load_model(name_or_path: str, *, revision: str | None = None, device=None, d
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from eval_suite.release import ReleaseError, resolve_judge
-
     try:  # a reference-release checkpoint (Hub id or folder) loads as its converted folder, converted once
         name_or_path, revision = resolve_judge(name_or_path, revision)
     except ReleaseError as err:
@@ -94,16 +98,3 @@ def package_version() -> str:
         return version("orca-judge")
     except PackageNotFoundError:
         return "unknown (not installed)"
-
-
-def reference_fields(pred: dict, config) -> dict:
-    """A prediction in the reference release's field names and scale: `rating_orca` = the mean rating on [0, 1]
-    (unclamped), `variance_orca` = the variance on that scale (the 1-5 variance / 16; 0.0 for a Bernoulli head,
-    as the release writes)."""
-    from modeling_orca import rating_to_unit
-
-    span = config.rating_max - config.rating_min
-    return {
-        "rating_orca": float(rating_to_unit(pred["mean"], config.rating_min, config.rating_max)),
-        "variance_orca": 0.0 if pred["variance"] is None else pred["variance"] / span**2,
-    }
