@@ -28,25 +28,25 @@ SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
 
 
 def _input_problem(path: Path) -> str | None:
-    if not path.exists():
-        return "no such file"
-    if path.is_dir():
-        return "is a folder, not a file"
     try:
         with open(path, "rb"):
             return None
-    except OSError as err:
+    except FileNotFoundError:
+        return "no such file"
+    except IsADirectoryError:
+        return "is a folder, not a file"
+    except OSError as err:  # permissions, a symbolic link loop
         return f"cannot be read ({err.strerror or err})"
 
 
 def _same_file(a: Path, b: Path) -> bool:
     """`a` and `b` name one file: the same path once resolved (`./o.jsonl`, a symlink), or the same inode (a hard
-    link)."""
-    if a.resolve() == b.resolve():
+    link). os.path.realpath, not Path.resolve: that raises on a symbolic link loop."""
+    if os.path.realpath(a) == os.path.realpath(b):
         return True
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
         return False
 
 
@@ -54,9 +54,9 @@ def _output_problem(path: Path) -> str | None:
     if path.is_dir():
         return "is a folder; name a file"
     folder = path.parent
-    while not folder.exists():  # the missing folders are created when the run starts
+    while not os.path.lexists(folder):  # the missing folders are created when the run starts
         folder = folder.parent
-    if not folder.is_dir():
+    if not folder.is_dir():  # a file, a dangling link or a link loop where a folder must be
         return f"{folder} is not a folder"
     try:  # really write: a read-only file system refuses root too, which os.access would not tell
         with tempfile.TemporaryFile(dir=folder):

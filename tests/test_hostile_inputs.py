@@ -231,6 +231,7 @@ def test_bad_paths_exit_2_with_one_line_before_the_model_loads(tmp_path, capsys,
     inp = write_lines(tmp_path / "in.jsonl", [GOOD])
     out = tmp_path / "out.jsonl"
     (tmp_path / "folder").mkdir()
+    (tmp_path / "loop").symlink_to("loop")
     cases = [  # before: FileNotFoundError, IsADirectoryError, PermissionError after loading, IsADirectoryError
         (["--input", tmp_path / "missing.jsonl", "--output", out], f"--input {tmp_path / 'missing.jsonl'}: no such file"),
         (["--input", tmp_path / "folder", "--output", out], f"--input {tmp_path / 'folder'}: is a folder, not a file"),
@@ -239,12 +240,15 @@ def test_bad_paths_exit_2_with_one_line_before_the_model_loads(tmp_path, capsys,
         (["--input", inp, "--output", inp / "x.jsonl"], f"{inp} is not a folder"),
         (["--input", inp, "--output", out, "--tune-clamp-on", tmp_path / "dev.jsonl"], "--tune-clamp-on"),
         (["--input", inp, "--output", out, "--summary", tmp_path / "folder"], "--summary"),
+        # a symbolic link loop (the fuzzer's layouts): before the fix, RuntimeError from Path.resolve
+        (["--input", tmp_path / "loop", "--output", out], "cannot be read (Too many levels of symbolic links)"),
+        (["--input", inp, "--output", tmp_path / "loop" / "o.jsonl"], f"{tmp_path / 'loop'} is not a folder"),
     ]
     for argv, message in cases:
         assert score_exit(tmp_path, *argv) == 2, argv
         line = one_error_line(capsys)
         assert line.startswith("error: --") and message in line, (argv, line)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "ro") == ["folder", "in.jsonl"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "ro") == ["folder", "in.jsonl", "loop"]  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------ 3. resume, two models

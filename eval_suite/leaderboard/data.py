@@ -162,7 +162,7 @@ def load_questions(benchmark: str, data_dir: Path | None = None, questions: Path
         items = spec.load(Path(questions))
     except SubmissionError:
         raise
-    except (RecordError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+    except (RecordError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise SubmissionError([f"{questions}: not a {spec.title} question file: {e}"]) from None
     seen: set[str] = set()
     dupes = sorted({q.id for q in items if q.id in seen or seen.add(q.id)})
@@ -196,8 +196,8 @@ def read_meta(path: Path, benchmark: str) -> dict:
         return {}
     try:
         meta = json.loads(mp.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SubmissionError([f"{mp}: not a UTF-8 JSON object ({e})"]) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # also a 4,301-digit number, 1,000 levels deep
+        raise SubmissionError([f"{mp}: not a UTF-8 JSON object ({str(e)[:200]})"]) from None
     if not isinstance(meta, dict):
         raise SubmissionError([f"{mp}: expected a JSON object, got {type(meta).__name__}"])
     errors = [f"{mp}: unknown key {k!r} (allowed: {', '.join(META_KEYS)})" for k in meta if k not in META_KEYS]
