@@ -32,7 +32,7 @@ from pathlib import Path
 from dataset_builder.files import write_json_atomic
 from eval_suite.cli_args import add_model_arguments, set_quiet
 from eval_suite.loading import UsageError
-from eval_suite.scoring import score_file
+from eval_suite.scoring import ScoreOptions, score_file
 from eval_suite.tables import markdown_table
 
 EXIT_INVALID = 2  # input that fails validation, or options that cannot work together (argparse uses 2 too)
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args) -> dict | None:
     """Score the input and print the results; returns the summary on the main process (None on the others)."""
-    result = score_file(args, warn=lambda text: print(text, file=sys.stderr))
+    result = score_file(ScoreOptions.from_namespace(args), warn=lambda text: print(text, file=sys.stderr))
     if result is None:
         return None
     summary, notes = result

@@ -8,9 +8,10 @@ import functools
 import json
 import math
 import os
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,39 @@ from eval_suite import sharding
 from eval_suite.loading import UsageError, load_model, package_version, reference_fields, resolve_revision
 
 SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
+
+
+@dataclass(kw_only=True)
+class ScoreOptions:
+    """What `score_file` does: orca-score's options (`--help` says each in full), as the CLI builds them and a
+    Python caller can. Fields in the order of the CLI's flags, the order the summary lists them in."""
+
+    model: str  # an ORCA model folder or Hub id
+    revision: str | None = None  # Hub branch, tag or commit (ignored for a folder)
+    device: str = "auto"  # "auto": the GPU when there is one
+    dtype: str = "auto"  # auto, float32, bfloat16, float16
+    batch_size: int = 16  # a forward pass holds about N x 256 tokens
+    quiet: bool = False  # no progress bar (the CLI also silences the libraries' logging)
+    input: Path  # JSONL records
+    output: Path  # JSONL, one line per non-blank input line
+    output_format: str = "orca"  # or "reference" (the reference release's field names)
+    clamp: str = "config"  # config, auto, off or a variance threshold on the 1-5 scale
+    tune_clamp_on: str | Path | None = None  # a labelled dev file to tune the clamp threshold on
+    summary: Path | None = None  # checked like the output; the CLI writes the summary there
+    on_error: str = "raise"  # or "skip": write a bad line with orca_error set
+    resume: bool = False  # continue an interrupted run from its partial files
+    chunk_size: int = 256  # records scored and appended to the partial file at a time
+    no_progress: bool = False
+
+    def __post_init__(self):
+        for name in ("input", "output", "summary"):  # a Python caller may give strings
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+    @classmethod
+    def from_namespace(cls, args) -> ScoreOptions:
+        """From parsed arguments (orca-score's `build_parser`): the fields of this class, nothing else."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
 
 # ------------------------------------------------------------------------------------------------ paths
@@ -210,24 +244,24 @@ def _finite(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}
 
 
-def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | None, dict, list[str]]:
+def resolve_clamp(options: ScoreOptions, model, tokenizer, config_clamp: bool) -> tuple[float | None, dict, list[str]]:
     """The variance threshold to clamp with (None: no clamping), its description for the summary and warnings
     to print; `config_clamp` is the checkpoint's own `clamp` setting."""
     from heads_orca import head_for
 
     config = model.config
     info: dict = {"margin": config.clamp_margin}
-    if args.tune_clamp_on:
-        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(args.tune_clamp_on), args.batch_size))
+    if options.tune_clamp_on:
+        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(options.tune_clamp_on), options.batch_size))
         return info["threshold"], info, []
-    mode = args.clamp
+    mode = options.clamp
     if mode == "config":  # default: whatever the checkpoint was saved with
         mode = "auto" if config_clamp else "off"
     if mode == "off":
         threshold = None
     elif mode == "auto":
         if config.clamp_variance_threshold is None:
-            raise UsageError(f"--clamp auto: {args.model} has no clamp_variance_threshold in its config; "
+            raise UsageError(f"--clamp auto: {options.model} has no clamp_variance_threshold in its config; "
                              "give a number or use --tune-clamp-on dev.jsonl")
         threshold = float(config.clamp_variance_threshold)
     else:
@@ -245,26 +279,27 @@ def resolve_clamp(args, model, tokenizer, config_clamp: bool) -> tuple[float | N
 # ------------------------------------------------------------------------------------------------ scoring
 
 
-def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer, args, threshold, show_progress: bool) -> None:
+def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer, options: ScoreOptions, threshold,
+                  show_progress: bool) -> None:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(entries), initial=start, desc="orca-score", unit="rec", disable=not show_progress)
     with open(path, "a", encoding="utf-8") as fh:
-        for begin in range(start, len(entries), args.chunk_size):
-            chunk = entries[begin : begin + args.chunk_size]
+        for begin in range(start, len(entries), options.chunk_size):
+            chunk = entries[begin : begin + options.chunk_size]
             valid = [e.record for e in chunk if e.record is not None]
-            preds = iter(model.predict(valid, tokenizer, batch_size=args.batch_size, clamp_threshold=threshold) if valid else [])
+            preds = iter(model.predict(valid, tokenizer, batch_size=options.batch_size, clamp_threshold=threshold) if valid else [])
             sharding.write_chunk(fh, [output_line(e, next(preds) if e.record is not None else None) for e in chunk])
             bar.update(len(chunk))
     bar.close()
 
 
-def produced_by(args, revision_id: str, threshold, clamp_margin: float, count: int) -> dict:
+def produced_by(options: ScoreOptions, revision_id: str, threshold, clamp_margin: float, count: int) -> dict:
     """What a partial file's lines depend on; `--resume` refuses a partial file produced otherwise. Not the device
     or batch size, which may change between a crash and its resume (out of memory) without changing a score."""
-    return {"model": str(args.model), "revision": revision_id, "dtype": args.dtype, "clamp_threshold": threshold,
-            "clamp_margin": clamp_margin, "output_format": args.output_format,
-            "input_sha256": sha256_of(args.input), "processes": count}
+    return {"model": str(options.model), "revision": revision_id, "dtype": options.dtype, "clamp_threshold": threshold,
+            "clamp_margin": clamp_margin, "output_format": options.output_format,
+            "input_sha256": sha256_of(options.input), "processes": count}
 
 
 def summarise(entries: list[Entry], lines: list[dict], config, threshold) -> tuple[dict, dict]:
@@ -320,65 +355,70 @@ def process_state():
     return PartialState(cpu=cpu, timeout=timedelta(hours=48))
 
 
-def score_file(args, warn) -> tuple[dict, list[str]] | None:
-    """Score `args.input` into `args.output` (orca-score's options); returns the summary and the notes to print
-    after the results, on the main process (None on the others). `warn(text)` is called with each warning about
-    the options, as soon as it is known."""
+def _print_warning(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def score_file(options: ScoreOptions, warn=_print_warning) -> tuple[dict, list[str]] | None:
+    """Score `options.input` into `options.output` (orca-score without its argument parsing and printing; the
+    summary is returned, not written); returns the summary and the notes to print after the results, on the main
+    process (None on the others). `warn(text)` is called with each warning about the options, as soon as it is
+    known (default: printed to stderr). Raises UsageError for input and options that cannot work."""
     started = time.time()
-    check_paths({"--input": args.input, "--tune-clamp-on": args.tune_clamp_on},
-                {"--output": args.output, "--summary": args.summary,
-                 "--output (its partial file)": sharding.shard_path(Path(args.output), 0, 1)})
-    if args.tune_clamp_on and args.clamp != "config":
+    check_paths({"--input": options.input, "--tune-clamp-on": options.tune_clamp_on},
+                {"--output": options.output, "--summary": options.summary,
+                 "--output (its partial file)": sharding.shard_path(Path(options.output), 0, 1)})
+    if options.tune_clamp_on and options.clamp != "config":
         raise UsageError("--tune-clamp-on chooses the clamp threshold: do not combine it with --clamp")
-    if args.batch_size < 1 or args.chunk_size < 1:
+    if options.batch_size < 1 or options.chunk_size < 1:
         raise UsageError("--batch-size and --chunk-size must be >= 1")
     state = process_state()
     rank, count = state.process_index, state.num_processes
-    entries, blank = read_entries(args.input, args.on_error)
+    entries, blank = read_entries(options.input, options.on_error)
 
-    partial = sharding.shard_path(args.output, rank, count)
-    if partial.exists() and not args.resume:
+    partial = sharding.shard_path(options.output, rank, count)
+    if partial.exists() and not options.resume:
         raise UsageError(f"{partial} exists (an interrupted run): pass --resume to continue it, or delete it")
 
-    load_revision, revision_id = resolve_revision(args.model, args.revision)
+    load_revision, revision_id = resolve_revision(options.model, options.revision)
     # --device auto: the process's own device (cuda:N under accelerate launch, else the CPU)
-    device = state.device if args.device == "auto" else args.device
-    model, tokenizer = load_model(args.model, revision=load_revision, device=device, dtype=args.dtype)
+    device = state.device if options.device == "auto" else options.device
+    model, tokenizer = load_model(options.model, revision=load_revision, device=device, dtype=options.dtype)
     model_config = model.config.to_dict()  # as saved, before the clamp switch below
     config_clamp = model.config.clamp
     # the threshold is passed to predict explicitly; with config.clamp left on, predict would clamp under --clamp
     # off, and the dev scores of --tune-clamp-on must be unclamped
     model.config.clamp = False
-    threshold, clamp_info, clamp_warnings = resolve_clamp(args, model, tokenizer, config_clamp)
+    threshold, clamp_info, clamp_warnings = resolve_clamp(options, model, tokenizer, config_clamp)
     for text in clamp_warnings:
         warn(text)
     plan = sharding.shard_plan([sharding.group_key(e, model.config) for e in entries], count)
     mine = [entries[i] for i in plan[rank]]
 
-    settings = produced_by(args, revision_id, threshold, model.config.clamp_margin, count)
+    settings = produced_by(options, revision_id, threshold, model.config.clamp_margin, count)
     start = 0
     if partial.exists():
         sharding.check_produced_by(partial, settings)
         start = sharding.completed_prefix(partial, mine)
     else:
         sharding.start_partial(partial, settings)
-    show = state.is_main_process and not (args.no_progress or args.quiet)
-    score_entries(mine, partial, start, model, tokenizer, args, threshold, show_progress=show)
+    show = state.is_main_process and not (options.no_progress or options.quiet)
+    score_entries(mine, partial, start, model, tokenizer, options, threshold, show_progress=show)
 
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
     convert = None
-    if args.output_format == "reference":
+    if options.output_format == "reference":
         convert = functools.partial(reference_line, config=model.config, clamped=threshold is not None)
-    lines = sharding.finalise(args.output, entries, plan, convert)
+    lines = sharding.finalise(options.output, entries, plan, convert)
     system, metrics = summarise(entries, lines, model.config, threshold)
     errors = [{"line": e.line, "error": e.error} for e in entries if e.error]
     long_lines = over_max_chars(entries, model.config.max_chars)
     summary = {
         "package": {"name": "orca-judge", "version": package_version()},
-        "model": {"id": args.model, "revision": revision_id, "requested_revision": args.revision},
-        "input": str(args.input), "output": str(args.output),
+        "model": {"id": options.model, "revision": revision_id, "requested_revision": options.revision},
+        "input": str(options.input), "output": str(options.output),
         "counts": {
             "lines": len(entries) + blank, "blank_lines": blank, "records": len(entries),
             "scored": len(entries) - len(errors), "errors": len(errors),
@@ -388,7 +428,8 @@ def score_file(args, warn) -> tuple[dict, list[str]] | None:
         },
         "errors": errors[:1000],
         "system": system, "clamp": clamp_info, "metrics": metrics,
-        "config": {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "model": model_config},
+        "config": {"args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+                   "model": model_config},
         "seconds": round(time.time() - started, 2),
     }
     notes = []

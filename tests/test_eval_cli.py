@@ -458,3 +458,21 @@ def test_system_line_without_ratings_and_quiet_silences_libraries(tmp_path, mode
 def test_load_model_refuses_what_is_not_an_orca_model(tmp_path):
     with pytest.raises(loading.UsageError, match="--model"):
         loading.load_model(str(tmp_path / "missing"))
+
+
+def test_score_file_from_python_with_score_options_equals_the_cli(tmp_path, model_dir):
+    """Issue 50: a Python caller builds `ScoreOptions` (no argparse namespace to fake); the output is the CLI's, and
+    the summary lists the same options, every flag in the parser's order."""
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(6, 3))
+    flags = ["--clamp", "off", "--chunk-size", "4"]
+    cli_summary = score(model_dir, inp, tmp_path / "cli.jsonl", *flags)
+    options = scoring.ScoreOptions(model=str(model_dir), input=str(inp), output=str(tmp_path / "py.jsonl"), clamp="off",
+                                   chunk_size=4, no_progress=True)
+    summary, notes = scoring.score_file(options)
+    assert read_jsonl(tmp_path / "py.jsonl") == read_jsonl(tmp_path / "cli.jsonl") and notes == []
+    parsed = cli.build_parser().parse_args(["--model", "m", "--input", "i", "--output", "o"])
+    assert list(summary["config"]["args"]) == list(cli_summary["config"]["args"]) == list(vars(parsed))
+    differ = {k for k, v in summary["config"]["args"].items() if cli_summary["config"]["args"][k] != v}
+    assert differ == {"output", "summary"}
+    assert summary["system"] == cli_summary["system"] and summary["model"] == cli_summary["model"]
+    assert scoring.ScoreOptions.from_namespace(parsed) == scoring.ScoreOptions(model="m", input="i", output="o")
