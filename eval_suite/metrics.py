@@ -131,6 +131,46 @@ def _point_metrics(
     return out
 
 
+def _human_side(human_ratings, human_mean, human_variance, n: int, min_ratings_for_variance: int):
+    """(rating counts or None, human mean, human variance or None, mask of the items the variance metrics use)
+    from either the individual ratings or the means (and variances) given."""
+    counts = None
+    if human_ratings is not None:
+        if human_variance is not None:
+            raise ValueError("human_variance is computed from human_ratings; do not pass both")
+        if len(human_ratings) != n:
+            raise ValueError(f"human_ratings has {len(human_ratings)} items but pred_mean has {n}")
+        counts = ratings_to_counts(human_ratings)
+        totals = counts.sum(axis=1)
+        h_mean = counts @ RATINGS / totals
+        h_var = counts @ RATINGS**2 / totals - h_mean**2  # population variance (ddof=0)
+        h_var = np.clip(h_var, 0.0, None)  # float cancellation can leave -1e-16
+        variance_mask = totals >= min_ratings_for_variance
+    else:
+        h_mean = _vector("human_mean", human_mean, n)
+        h_var = None
+        variance_mask = np.zeros(n, dtype=bool)
+        if human_variance is not None:
+            h_var = _vector("human_variance", human_variance, n, allow_nan=True)
+            variance_mask = ~np.isnan(h_var)
+            h_var = np.nan_to_num(h_var)
+    if h_var is None:
+        variance_mask = np.zeros(n, dtype=bool)
+    return counts, h_mean, h_var, variance_mask
+
+
+def _probabilities(pred_probs, n: int) -> np.ndarray:
+    """The (n, 5) predicted probabilities, checked: finite, non-negative, rows summing to 1."""
+    probs = np.asarray(pred_probs, dtype=float)
+    if probs.shape != (n, 5):
+        raise ValueError(f"pred_probs must have shape ({n}, 5), got {probs.shape}")
+    if not np.all(np.isfinite(probs)) or np.any(probs < 0):
+        raise ValueError("pred_probs must be finite and non-negative")
+    if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
+        raise ValueError("each row of pred_probs must sum to 1 (probabilities of ratings 1..5)")
+    return probs
+
+
 def compute_metrics(
     pred_mean,
     *,
@@ -179,39 +219,10 @@ def compute_metrics(
     if bootstrap < 0:
         raise ValueError(f"bootstrap must be >= 0, got {bootstrap}")
 
-    counts = None
-    if human_ratings is not None:
-        if human_variance is not None:
-            raise ValueError("human_variance is computed from human_ratings; do not pass both")
-        if len(human_ratings) != n:
-            raise ValueError(f"human_ratings has {len(human_ratings)} items but pred_mean has {n}")
-        counts = ratings_to_counts(human_ratings)
-        totals = counts.sum(axis=1)
-        h_mean = counts @ RATINGS / totals
-        h_var = counts @ RATINGS**2 / totals - h_mean**2  # population variance (ddof=0)
-        h_var = np.clip(h_var, 0.0, None)  # float cancellation can leave -1e-16
-        variance_mask = totals >= min_ratings_for_variance
-    else:
-        h_mean = _vector("human_mean", human_mean, n)
-        h_var = None
-        variance_mask = np.zeros(n, dtype=bool)
-        if human_variance is not None:
-            h_var = _vector("human_variance", human_variance, n, allow_nan=True)
-            variance_mask = ~np.isnan(h_var)
-            h_var = np.nan_to_num(h_var)
-    if h_var is None:
-        variance_mask = np.zeros(n, dtype=bool)
-
+    counts, h_mean, h_var, variance_mask = _human_side(human_ratings, human_mean, human_variance, n,
+                                                       min_ratings_for_variance)
     p_var = None if pred_variance is None else _vector("pred_variance", pred_variance, n)
-    probs = None
-    if pred_probs is not None:
-        probs = np.asarray(pred_probs, dtype=float)
-        if probs.shape != (n, 5):
-            raise ValueError(f"pred_probs must have shape ({n}, 5), got {probs.shape}")
-        if not np.all(np.isfinite(probs)) or np.any(probs < 0):
-            raise ValueError("pred_probs must be finite and non-negative")
-        if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
-            raise ValueError("each row of pred_probs must sum to 1 (probabilities of ratings 1..5)")
+    probs = None if pred_probs is None else _probabilities(pred_probs, n)
     labels = _binary_labels(h_mean, counts)
 
     def metrics_on(idx: np.ndarray | slice) -> dict:
