@@ -11,7 +11,7 @@ from dataset_builder import load_config
 from dataset_builder.configs import OOD_SETS, held_out_answerers, ood_sets
 from dataset_builder.fixtures import write_public_fixture
 from eval_suite.metrics import judge_agreement, mean_calibration
-from eval_suite.report import distribution_median, judge_sets, ood_markdown, ood_slices
+from eval_suite.ood import distribution_median, judge_sets, ood_markdown, ood_slices
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
