@@ -1,0 +1,94 @@
+"""House rules of the code, checked on the source text (ast, nothing imported): no Python file over 700 lines, no
+function over 80, modeling_orca.py (the file `trust_remote_code` users read) at most 500, and the loader's modules
+importing one way (issue 50)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_FILE_LINES = 700
+MAX_FUNCTION_LINES = 80
+MAX_MODEL_FILE_LINES = 500
+SKIPPED_DIRS = {"tests", "runs", "build", "dist", "out", "__pycache__"}  # and hidden ones (.venv, .git, ...)
+
+# Functions over the limit today, in files owned by other work in progress (issue 50). Shrink only: an entry that
+# is split (or gone) fails test_allow_list_is_not_stale, so it is taken off here.
+ALLOWED_LONG_FUNCTIONS = {
+    ("dataset_builder/schema.py", "validate_record"),
+    ("benchmarks/bench_scoring.py", "bench_backbone"),
+    ("benchmarks/bench_scoring.py", "main"),
+}
+
+
+def python_files() -> list[Path]:
+    files = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).parts[:-1]
+        if any(p in SKIPPED_DIRS or p.startswith(".") or p.endswith(".egg-info") for p in parts):
+            continue
+        files.append(path)
+    return files
+
+
+def long_functions() -> dict[tuple[str, str], int]:
+    """(file, function) -> lines, for every function or method over the limit (decorators not counted)."""
+    out = {}
+    for path in python_files():
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out[(rel, node.name)] = lines
+    return out
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_the_check_sees_the_code():
+    names = {p.relative_to(ROOT).as_posix() for p in python_files()}
+    assert {"modeling_orca.py", "eval_suite/report.py", "train.py"} <= names
+    assert not any(n.startswith(("tests/", ".venv/")) for n in names)
+
+
+def test_no_file_over_700_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in python_files() if (n := line_count(p)) > MAX_FILE_LINES}
+    assert not long, f"files over {MAX_FILE_LINES} lines (split them by job): {long}"
+
+
+def test_model_file_at_most_500_lines():
+    assert line_count(ROOT / "modeling_orca.py") <= MAX_MODEL_FILE_LINES
+
+
+def test_no_function_over_80_lines():
+    long = {key: n for key, n in long_functions().items() if key not in ALLOWED_LONG_FUNCTIONS}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_allow_list_is_not_stale():
+    stale = ALLOWED_LONG_FUNCTIONS - set(long_functions())
+    assert not stale, f"within {MAX_FUNCTION_LINES} lines now (or gone): take {sorted(stale)} off the allow-list"
+
+
+def eval_suite_imports(rel: str) -> set[str]:
+    """The eval_suite modules a file imports, at its top or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n.split(".")[1] for n in names if n.startswith("eval_suite.")}
+    return found
+
+
+def test_loader_imports_run_one_way():
+    # release (the user's entry points) -> loading (the one loader) -> reference_checkpoint (finds and converts)
+    assert not {"loading", "release"} & eval_suite_imports("eval_suite/reference_checkpoint.py")
+    assert "release" not in eval_suite_imports("eval_suite/loading.py")
