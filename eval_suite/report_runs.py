@@ -73,11 +73,12 @@ def varying_keys(runs: list[Run]) -> list[str]:
 
 
 def label_of(settings: dict, keys: list[str]) -> str:
-    parts = [f"{k.rsplit('.', 1)[-1]}={_plain(settings.get(k))}" for k in keys]
+    parts = [f"{k.rsplit('.', 1)[-1]}={plain_setting(settings.get(k))}" for k in keys]
     return ", ".join(parts) or "orca"
 
 
-def _plain(value: str | None) -> str:
+def plain_setting(value: str | None) -> str:
+    """A setting as stored in Run.settings (JSON) as a table shows it: a list joined by +."""
     value = json.loads(value) if value is not None else None
     return "+".join(map(str, value)) if isinstance(value, list) else str(value)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval_suite.metrics import compute_metrics
-from eval_suite.report_runs import FOLD_KEY, Result, Run, _plain, group_by, label_of, varying_keys
+from eval_suite.report_runs import FOLD_KEY, Result, Run, group_by, label_of, plain_setting, varying_keys
 from eval_suite.tables import markdown_table
 
 METRICS = ("spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
@@ -127,7 +127,7 @@ def ablation_table(results: list[Result], runs: list[Run], dim: str, title: str,
         by_value: dict[tuple, list[Result]] = defaultdict(list)
         for res in results:
             if res.run.name in names:
-                by_value[(_plain(res.run.settings.get(dim)), res.test_set)].append(res)
+                by_value[(plain_setting(res.run.settings.get(dim)), res.test_set)].append(res)
         for (value, test_set), res_list in sorted(by_value.items()):
             cells = aggregate([r.metrics for r in res_list])
             rows.append([context, value, test_set, len(res_list), *metric_row(cells)])
