@@ -75,8 +75,10 @@ def check_produced_by(partial: Path, produced_by: dict) -> None:
                          "(written by an older orca-score?); delete it to start over")
     try:
         saved = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{meta}: unreadable ({err}); delete it and {partial.name} to start over") from None
+    except (OSError, ValueError, RecursionError) as err:  # a hand edit: torn, not JSON, nested 1,000 deep
+        raise UsageError(f"{meta}: unreadable ({str(err)[:200]}); delete it and {partial.name} to start over") from None
+    if not isinstance(saved, dict):
+        raise UsageError(f"{meta}: not a JSON object; delete it and {partial.name} to start over")
     differ = [f"{key}: {saved.get(key)!r} there, {value!r} now" for key, value in produced_by.items()
               if saved.get(key) != value]
     if differ:
@@ -97,13 +99,13 @@ def completed_prefix(path: Path, expected: list) -> int:
         lines = fh.readlines()
     for i, raw in enumerate(lines):
         try:
-            if not raw.endswith(b"\n"):
-                raise ValueError("no newline")
-            obj = json.loads(raw)
-        except ValueError:
-            if i == len(lines) - 1:
-                break
-            raise UsageError(f"{path}:{i + 1}: unreadable line in the partial output; delete the file to start over") from None
+            obj = json.loads(raw) if raw.endswith(b"\n") else None  # no newline: torn
+        except (ValueError, RecursionError):  # RecursionError: a hand edit nested 1,000 deep
+            obj = None
+        if obj is None and i == len(lines) - 1:
+            break
+        if not isinstance(obj, dict):  # a line this tool never writes (a list, a number: a hand edit)
+            raise UsageError(f"{path}:{i + 1}: unreadable line in the partial output; delete the file to start over")
         if i >= len(expected) or output_key(obj) != expected[i].key:
             want = expected[i].key if i < len(expected) else "end of input"
             raise UsageError(f"{path}:{i + 1}: holds {output_key(obj)}, expected {want}: the partial output is not "

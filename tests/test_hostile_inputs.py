@@ -21,6 +21,7 @@ from eval_suite import cli, scoring, sharding
 from eval_suite.leaderboard.access import Access, log_path
 from eval_suite.leaderboard.data import SubmissionError, load_questions, read_submission
 from eval_suite.leaderboard.store import StoreError, read_record
+from eval_suite.loading import UsageError
 
 model_dir = test_eval_cli.model_dir  # the fixture: a tiny random ORCA saved as a folder
 GOOD = {"id": "a", "question": "Which animal?", "reference": "dog", "candidate": "a dog"}
@@ -339,3 +340,12 @@ def test_names_in_one_script_or_latin_with_cjk_are_accepted(board, name):
     lb, _, tmp_path = board
     result = lb.submit("mmau-test-mini", name, "", write_sub(tmp_path / "a.jsonl", answers_with({1})))
     assert name in [e["model_name"] for e in result["entries"]]
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", "3", DEEP])
+def test_a_hand_edited_partial_file_is_refused_not_a_crash(tmp_path, line):
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(json.dumps({"id": "a", "orca_error": None}) + "\n" + line + "\n" + '{"id": "c"}\n')
+    entries = [scoring.Entry(i + 1, "", record={"id": x}) for i, x in enumerate("abc")]
+    with pytest.raises(UsageError, match=f"{partial}:2: unreadable line in the partial output"):
+        sharding.completed_prefix(partial, entries)  # before: AttributeError (a list) or RecursionError
