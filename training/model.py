@@ -34,15 +34,10 @@ def tiny_backbone_config(kind: str, vocab_size: int):
 
 
 def resolve_backbone(name: str) -> str:
-    from eval_suite import backbones
+    """The folder of an offline backbone named in eval_suite.backbones.BACKBONES; any other name as it is."""
+    from eval_suite.backbones import BACKBONES
 
-    if name == "minilm":
-        return str(backbones.minilm_path())
-    if name == "smollm2":
-        return str(backbones.smollm2_path())
-    if name == "gemma3-270m":
-        return str(backbones.gemma3_path())
-    return name
+    return str(BACKBONES[name]()) if name in BACKBONES else name
 
 
 def build_model(cfg: dict):
@@ -65,7 +60,48 @@ def build_model(cfg: dict):
         )
         return model, set_pad_token(tokenizer, m["backbone"])
     torch.manual_seed(cfg["seed"])  # the head's initialisation
-    return OrcaForCorrectnessDistribution.from_backbone(resolve_backbone(m["backbone"]), revision=m["revision"], **orca_kwargs)
+    folder = resolve_backbone(m["backbone"])
+    dtype = getattr(torch, m["dtype"]) if m["dtype"] else None
+    model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, revision=m["revision"], dtype=dtype, **orca_kwargs)
+    if m["head_init"] == "verdict":
+        init_head_from_verdict(model, tokenizer, folder, m["verdict_tokens"])
+    return model, tokenizer
+
+
+def lm_head_rows(folder: str, model, token_ids: list[int]):
+    """(len(token_ids), H) float32: the backbone's output-embedding rows of `token_ids`, read from the checkpoint's
+    safetensors (`lm_head.weight`; the input embeddings when they are tied), without loading the LM head."""
+    import json
+    from pathlib import Path
+
+    import torch
+    from safetensors import safe_open
+
+    if model.backbone.config.get_text_config().tie_word_embeddings:
+        return model.backbone.get_input_embeddings().weight[token_ids].detach().float()
+    index = Path(folder) / "model.safetensors.index.json"
+    file = json.loads(index.read_text())["weight_map"]["lm_head.weight"] if index.exists() else "model.safetensors"
+    with safe_open(Path(folder) / file, framework="pt") as fh:
+        return fh.get_slice("lm_head.weight")[token_ids].to(torch.float32)
+
+
+def init_head_from_verdict(model, tokenizer, folder: str, verdict_tokens: list[str]) -> None:
+    """The head as the backbone's own verdict: with the input ending where the LM would answer (a chat template's
+    assistant turn), d = logit(yes) - logit(no) = (w_yes - w_no) . h, and the head outputs d times the head's
+    direction that moves the rating up. For the Bernoulli head the mean is then 1 + 4 P(yes | yes or no), the
+    zero-shot reading; for the others a monotone function of it that training starts from."""
+    import torch
+
+    from heads_orca import head_for
+
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in verdict_tokens]
+    if len(ids) != 2 or any(len(i) != 1 for i in ids):
+        raise SystemExit(f"model.verdict_tokens {verdict_tokens} must be two words of one token each, got ids {ids}")
+    rows = lm_head_rows(folder, model, [ids[0][0], ids[1][0]])  # (2, H)
+    direction = head_for(model.config).shift_direction().float()  # (num_head_outputs,)
+    with torch.no_grad():
+        model.score_head.weight.copy_(direction[:, None] * (rows[0] - rows[1])[None, :])
+        model.score_head.bias.zero_()
 
 
 def add_lora(model, cfg: dict):
