@@ -136,6 +136,9 @@ class OrcaPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+    # the head is tiny and reads states of any dtype: float32 keeps its training and its statistics exact when the
+    # backbone runs in bfloat16
+    _keep_in_fp32_modules = ["score_head"]
 
     def _init_weights(self, module):
         # only the head: the backbone keeps its pre-trained weights (its own _init_weights covers a fresh one)
@@ -179,10 +182,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         backbone = AutoModel.from_pretrained(name_or_path, revision=revision, dtype=dtype)
         backbone.config.pad_token_id = tokenizer.pad_token_id
         config = OrcaConfig(backbone_config=backbone.config, score_type=score_type, **config_kwargs)
-        model = cls(config, backbone=backbone)
-        if dtype is not None:
-            model.score_head.to(dtype)
-        return model, tokenizer
+        return cls(config, backbone=backbone), tokenizer
 
     def save_pretrained(self, save_directory, **kwargs):
         """`PreTrainedModel.save_pretrained`, by way of `OrcaScoringPipeline.save_pretrained`: transformers writes the
@@ -248,6 +248,21 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
         return attention_mask, position_ids
 
+    def pooled_states(self, input_ids, attention_mask=None, position_ids=None, pool_index=None, **kwargs):
+        """(pooled, backbone output): the final hidden state each input is pooled at, (N, H) in the backbone's
+        dtype, which is all the head reads (a frozen backbone's pooled states can be cached and the head trained on
+        them: training/state_cache.py). Inputs as `forward` takes them; `kwargs` go to the backbone (None dropped)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)  # (B, T)
+        backbone_mask, position_ids = self._backbone_mask_and_positions(attention_mask, position_ids, pool_index)
+        backbone_kwargs = dict(self._backbone_kwargs, position_ids=position_ids, **kwargs)
+        backbone_kwargs = {k: v for k, v in backbone_kwargs.items() if v is not None}
+        out = self.backbone(input_ids=input_ids, attention_mask=backbone_mask, **backbone_kwargs)
+        hidden = out.last_hidden_state  # (B, T, H)
+        if pool_index is not None:
+            return hidden[pool_index[:, 0], pool_index[:, 1]], out  # (N, H)
+        return self.pool(hidden, attention_mask), out  # (B, H)
+
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -265,19 +280,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         inputs pooled at `pool_index`, in its order; outputs and loss equal those of one row per input.
         `ratings` (N, max ratings), padded with RATING_PAD, gives the loss. `with_probs` (default: in eval mode) computes
         the Beta head's bin probabilities, a float64 series that training and `predict`'s batches do not need."""
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)  # (B, T)
-        backbone_mask, position_ids = self._backbone_mask_and_positions(attention_mask, position_ids, pool_index)
-        backbone_kwargs = dict(self._backbone_kwargs, **kwargs)
-        for name, value in (("position_ids", position_ids), ("output_hidden_states", output_hidden_states), ("output_attentions", output_attentions)):
-            if value is not None:
-                backbone_kwargs[name] = value
-        out = self.backbone(input_ids=input_ids, attention_mask=backbone_mask, **backbone_kwargs)
-        hidden = out.last_hidden_state  # (B, T, H)
-        if pool_index is not None:
-            pooled = hidden[pool_index[:, 0], pool_index[:, 1]]  # (N, H)
-        else:
-            pooled = self.pool(hidden, attention_mask)  # (B, H)
+        kwargs.update(output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        pooled, out = self.pooled_states(input_ids, attention_mask, position_ids, pool_index, **kwargs)  # (N, H)
         logits = self.score_head(pooled.to(self.score_head.weight.dtype))  # (N, num_head_outputs)
         mean, variance, probs = distribution_statistics(logits, self.config, with_probs=not self.training if with_probs is None else with_probs)
         loss = ratings_nll(logits, ratings, self.config).mean() if ratings is not None else None
@@ -291,23 +295,22 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         """The model's input text for a record, as its config formats it (processing_orca.format_input)."""
         return format_input(record, self.config, reference)
 
-    def _score_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, progress) -> torch.Tensor:
-        """(N, num_head_outputs) logits of each input, one input per padded row (packing_orca.padded_batches)."""
-        return self._logits_of_batches(padded_batches(token_ids, pad_id, budget), len(token_ids), progress)
+    def _states_plain(self, token_ids: list[list[int]], pad_id: int, budget: int, out: torch.Tensor, rows: list[int], progress) -> None:
+        """Pooled states of each input into `out[rows]`, one input per padded row (packing_orca.padded_batches)."""
+        self._states_of_batches(padded_batches(token_ids, pad_id, budget), out, rows, progress)
 
-    def _score_shared(self, token_ids: list[list[int]], groups: list, pad_id: int, budget: int, progress) -> torch.Tensor:
-        """(N, num_head_outputs) logits of each input, the inputs of one group (the same ids before the candidate)
+    def _states_shared(self, token_ids: list[list[int]], groups: list, pad_id: int, budget: int, out: torch.Tensor, rows: list[int], progress) -> None:
+        """Pooled states of each input into `out[rows]`, the inputs of one group (the same ids before the candidate)
         sharing prefix-tree rows of at most `share_row_tokens` tokens (packing_orca.prefix_tree_batches)."""
         batches = prefix_tree_batches(token_ids, pad_id, budget, groups=groups, max_row_tokens=self.share_row_tokens)
-        return self._logits_of_batches(batches, len(token_ids), progress)
+        self._states_of_batches(batches, out, rows, progress)
 
-    def _logits_of_batches(self, batches, n: int, progress) -> torch.Tensor:
-        """(n, num_head_outputs) float32 on the CPU, from `(input indices, forward inputs)` batches."""
-        logits = torch.empty((n, self.config.num_head_outputs), dtype=torch.float32)
+    def _states_of_batches(self, batches, out: torch.Tensor, rows: list[int], progress) -> None:
+        """`out[rows[i]]` = the pooled state of input i, from `(input indices, forward inputs)` batches."""
         for inputs, batch in batches:
-            logits[inputs] = self(**{k: v.to(self.device) for k, v in batch.items()}, with_probs=False).logits.float().cpu()
+            pooled, _ = self.pooled_states(**{k: v.to(self.device) for k, v in batch.items()})
+            out[[rows[i] for i in inputs]] = pooled.cpu()
             progress(len(inputs))
-        return logits
 
     @torch.inference_mode()
     def predict(
@@ -324,7 +327,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
         `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
         `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
-        each alias is one input and the alias giving the highest mean wins.
+        each alias is one input and the alias giving the highest mean wins. `encode` then `predict_from_states`.
 
         `batch_size` is not a count of inputs but a token budget, kept under this name for the callers and the CLI's
         `--batch-size`: batches hold up to `max_batch_tokens` tokens, padding included (default `batch_size` x
@@ -334,15 +337,15 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         prefix-tree rows (exact: see `pack_prefix_tree`); inputs cut to `max_length` are scored on their own. The
         model is left as it was: same weights, config and train/eval mode of every module, also after an error."""
         records = list(records)
-        modes = [(m, m.training) for m in self.modules()]
-        self.eval()
-        try:
-            logits, owner = self._predict_logits(records, tokenizer, batch_size, show_progress, share_prefix, max_batch_tokens)
-        finally:
-            for module, training in modes:
-                module.training = training
+        states, owner = self.encode(records, tokenizer, batch_size, show_progress, share_prefix=share_prefix, max_batch_tokens=max_batch_tokens)
+        return self.predict_from_states(records, states, owner, clamp_threshold)
 
-        # per record: the variant with the highest predicted mean
+    @torch.inference_mode()
+    def predict_from_states(self, records: list[dict], states: torch.Tensor, owner: list[int], clamp_threshold: float | None = None) -> list[dict[str, Any]]:
+        """`predict`'s results from `encode`'s output: the head on each input's pooled state (V, H), then per
+        record the variant with the highest mean, clamping and the NLL of its ratings."""
+        head = self.score_head.weight
+        logits = self.score_head(states.to(head.device, head.dtype)).float().cpu()  # (V, num_head_outputs)
         mean, variance, probs = distribution_statistics(logits, self.config)
         best: dict[int, int] = {}
         for j, i in enumerate(owner):
@@ -374,8 +377,12 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         budget = max(1, batch_size) * TOKENS_PER_BATCH_SIZE_UNIT
         return min(budget, self.cpu_batch_tokens) if self.device.type == "cpu" else budget
 
-    def _predict_logits(self, records, tokenizer, batch_size, show_progress, share_prefix, max_batch_tokens):
-        """(logits of each input variant, the record of each variant)."""
+    @torch.inference_mode()
+    def encode(self, records: list[dict], tokenizer, batch_size: int = 16, show_progress: bool = False, *,
+               share_prefix: bool | None = None, max_batch_tokens: int | None = None) -> tuple[torch.Tensor, list[int]]:
+        """(states, owner): the pooled final hidden state of every input variant of every record (one per alias with
+        reference_mode='max'), (V, H) on the CPU in the backbone's dtype, and the index of each variant's record.
+        Batching and prefix sharing as in `predict`; the model is left in the mode it was in."""
         variants, owner = [], []
         for i, record in enumerate(records):
             for fields in input_variants(record, self.config):
@@ -387,18 +394,25 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         share = share and self.prefix_sharing_supported
 
         keys, which = distinct_inputs(variants, tokenizer, self.config)  # keys: (shared ids or None, item ids)
-        bar = tqdm(total=len(keys), desc="scoring", unit="input", disable=not show_progress)
-        logits = torch.empty((len(keys), self.config.num_head_outputs), dtype=torch.float32)
+        hidden_size = self.score_head.in_features
+        states = torch.empty((len(keys), hidden_size), dtype=self.backbone.dtype)
         # inputs cut to max_length (shared ids None) and rows too long to share are scored one per row
         tree = [u for u, (shared, item) in enumerate(keys) if share and shared is not None and len(shared) + len(item) <= self.share_row_tokens]
         plain = sorted(set(range(len(keys))) - set(tree))
-        if tree:
-            logits[tree] = self._score_shared([list(keys[u][0] + keys[u][1]) for u in tree], [keys[u][0] for u in tree], pad_id, budget, bar.update)
-        if plain:
-            ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
-            logits[plain] = self._score_plain(ids, pad_id, budget, bar.update)
-        bar.close()
-        return logits[torch.tensor(which, dtype=torch.long)], owner
+        modes = [(m, m.training) for m in self.modules()]
+        self.eval()
+        bar = tqdm(total=len(keys), desc="scoring", unit="input", disable=not show_progress)
+        try:
+            if tree:
+                self._states_shared([list(keys[u][0] + keys[u][1]) for u in tree], [keys[u][0] for u in tree], pad_id, budget, states, tree, bar.update)
+            if plain:
+                ids = [list(keys[u][1]) if keys[u][0] is None else list(keys[u][0] + keys[u][1]) for u in plain]
+                self._states_plain(ids, pad_id, budget, states, plain, bar.update)
+        finally:
+            bar.close()
+            for module, training in modes:
+                module.training = training
+        return states[torch.tensor(which, dtype=torch.long)], owner
 
 
 # ----------------------------------------------------------------------------------------------------------------

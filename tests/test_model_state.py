@@ -88,16 +88,16 @@ def test_predict_leaves_the_model_as_it_was_after_an_error_half_way(share, smoll
     model = tiny("llama", "sdpa", score_type="multinomial").train()
     before = snapshot(model)
     calls = []
-    forward = model.score_head.forward
+    forward = model.backbone.norm.forward  # the backbone's last layer: runs once per batch
 
     def fail_on_second_batch(x):
         calls.append(1)
         if len(calls) == 2:
-            raise RuntimeError("head failed")
+            raise RuntimeError("backbone failed")
         return forward(x)
 
-    monkeypatch.setattr(model.score_head, "forward", fail_on_second_batch)
-    with pytest.raises(RuntimeError, match="head failed"):
+    monkeypatch.setattr(model.backbone.norm, "forward", fail_on_second_batch)
+    with pytest.raises(RuntimeError, match="backbone failed"):
         model.predict(RECORDS, smollm2_tokenizer, max_batch_tokens=64, share_prefix=share)
     assert len(calls) == 2  # it failed half-way, after a batch went through
     monkeypatch.undo()

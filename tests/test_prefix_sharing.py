@@ -82,8 +82,8 @@ def test_sharing_is_the_config_default_and_the_kwarg_switches_it(smollm2_tokeniz
     model = tiny("llama", len(smollm2_tokenizer))
     assert model.config.share_prefix is True
     calls = []
-    original = model._score_shared
-    monkeypatch.setattr(model, "_score_shared", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = model._states_shared
+    monkeypatch.setattr(model, "_states_shared", lambda *a, **k: calls.append(1) or original(*a, **k))
     model.predict(records(), smollm2_tokenizer)
     assert calls
     calls.clear()
@@ -133,7 +133,7 @@ def test_reference_mode_max_and_truncation(smollm2_tokenizer):
 def test_encoders_and_mean_pooling_fall_back(kind, pooling, smollm2_tokenizer, monkeypatch):
     model = tiny(kind, len(smollm2_tokenizer), pooling=pooling)
     assert not model.prefix_sharing_supported
-    monkeypatch.setattr(model, "_score_shared", lambda *a, **k: pytest.fail("shared a prefix"))
+    monkeypatch.setattr(model, "_states_shared", lambda *a, **k: pytest.fail("shared a prefix"))
     preds = model.predict(records(), smollm2_tokenizer, share_prefix=True)
     assert [p["mean"] for p in preds] == pytest.approx(one_by_one(model, records(), smollm2_tokenizer), abs=1e-5)
 
@@ -183,8 +183,8 @@ def test_rows_longer_than_a_sliding_window_and_eager_attention_stay_exact(kind, 
     torch.nn.init.normal_(model.score_head.weight, std=0.5)
     assert model.prefix_sharing_supported
     rows = []
-    original = model._score_shared
-    monkeypatch.setattr(model, "_score_shared", lambda ids, *a: rows.append(max(map(len, ids))) or original(ids, *a))
+    original = model._states_shared
+    monkeypatch.setattr(model, "_states_shared", lambda ids, *a: rows.append(max(map(len, ids))) or original(ids, *a))
     recs = records()
     shared = model.predict(recs, smollm2_tokenizer)
     if kind == "gemma3":
