@@ -76,6 +76,8 @@ def run(cfg: dict, resume: bool = False) -> dict:
     from training.checkpoints import check_resume, keep_trainable_weights, recover_checkpoints
     from training.model import add_lora, build_model, unwrap_orca
     from training.run_log import RunLog, versions
+    from training.data import sample_questions
+    from training.frozen import train_curriculum_frozen
     from training.stages import train_curriculum
 
     accelerator = make_accelerator(cfg)
@@ -99,7 +101,9 @@ def run(cfg: dict, resume: bool = False) -> dict:
     if cfg["training"]["gradient_checkpointing"]:
         model.activation_checkpointing_enable()
     model = add_lora(model, cfg)
-    progress, last_data = train_curriculum(cfg, model, tokenizer, accelerator, run_dir, resume, log)
+    # judge: what scores the final evaluation when it is not the final model (a frozen backbone's cached states)
+    curriculum = train_curriculum_frozen if cfg["training"]["frozen_backbone"] else train_curriculum
+    progress, last_data, judge = curriculum(cfg, model, tokenizer, accelerator, run_dir, resume, log)
     if accelerator.distributed_type == "FSDP":  # the main process goes on alone: it needs the whole model
         full_state = accelerator.get_state_dict(model)  # gathered from the shards (a collective step)
         if main:
@@ -112,8 +116,10 @@ def run(cfg: dict, resume: bool = False) -> dict:
 
     # the final model: LoRA merged into the backbone, a plain HF folder with both code files and the tokenizer
     final = unwrap_orca(model.merge_and_unload() if hasattr(model, "merge_and_unload") else model)
-    test_records = last_data["test"]
-    results, test_preds = final_evaluation(final, tokenizer, cfg, last_data["validation"], test_records)
+    # test.max_items: a seeded sample of whole questions, for a backbone too slow to score every item
+    dev_records, test_records = (sample_questions(last_data[s], cfg["test"]["max_items"], cfg["seed"]) for s in ("validation", "test"))
+    judge = judge or final
+    results, test_preds = final_evaluation(judge, tokenizer, cfg, dev_records, test_records)
     results = {"stages": progress["stages"], **results}
 
     def write_final(folder: Path) -> None:
@@ -122,8 +128,8 @@ def run(cfg: dict, resume: bool = False) -> dict:
 
     save_dir_atomic(run_dir / "final", write_final)
     write_test_predictions(run_dir / "test_predictions.jsonl", test_records, test_preds)
-    results["ood"] = out_of_domain(final, tokenizer, cfg, test_records, test_preds, run_dir)
-    results["probes"] = probe_suite(final, tokenizer, cfg)
+    results["ood"] = out_of_domain(judge, tokenizer, cfg, test_records, test_preds, run_dir)
+    results["probes"] = probe_suite(judge, tokenizer, cfg)
     results.update(
         wall_seconds=round(time.time() - started, 1), versions=versions(), config=cfg,
         model_revision=cfg["model"]["revision"], backbone=cfg["model"]["backbone"],

@@ -54,6 +54,23 @@ def sample_records(records: list[dict], k: int | None, seed: int) -> list[dict]:
     return [r for i, r in enumerate(records) if i in keep]
 
 
+def sample_questions(records: list[dict], k: int | None, seed: int) -> list[dict]:
+    """At most k records made of whole questions (a seeded sample of questions, records in input order): the
+    answers to one question share their prefix, so a frozen backbone computes it once for all of them."""
+    if not k or len(records) <= k:
+        return records
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.get("question_id") or r["question"], []).append(i)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    keep: set[int] = set()
+    for key in keys:
+        if len(keep) + len(groups[key]) <= k:
+            keep.update(groups[key])
+    return [r for i, r in enumerate(records) if i in keep]
+
+
 def tokenize_records(records: list[dict], tokenizer, config: OrcaConfig) -> list[list[int]]:
     """Training inputs: the first input variant (all aliases joined, or the first alias for reference_mode='max')."""
     from processing_orca import encode_fields, input_variants

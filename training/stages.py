@@ -194,10 +194,11 @@ def finish_stage(accelerator, model, progress: StageProgress, stage_dir: Path, s
     }
 
 
-def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, resume: bool, log) -> tuple[dict, dict]:
+def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, resume: bool, log) -> tuple[dict, dict, None]:
     """Every stage not skipped, in order, each from the previous one's best weights; a stage that finished before
     an interruption gets its best weights restored and is not trained again. Stage summaries (with dev and test
-    scores on at most max_dev_items items) go to progress.json. Returns (progress, the last stage's data)."""
+    scores on at most max_dev_items items) go to progress.json. Returns (progress, the last stage's data, None: the
+    final model is the judge of the final evaluation)."""
     from dataset_builder.files import write_json_atomic
     from training.data import load_stage_data
 
@@ -229,4 +230,4 @@ def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, re
                 write_json_atomic(progress_path, progress)
             log({"event": "stage_end", "stage": name, "dev": summary["dev"]})
         log.steps_before += summary["steps"]
-    return progress, data
+    return progress, data, None

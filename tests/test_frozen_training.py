@@ -1,0 +1,168 @@
+"""Training the head on cached pooled states of a frozen backbone (training/frozen.py, training/state_cache.py):
+the same losses and gradients as the uncached forward, a cache that never serves another backbone's or input's
+states, survives a torn shard, and a run that trains, evaluates and saves an ordinary ORCA model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_llama_orca
+
+import train
+from training.config import load_run_config
+from training.frozen import head_loss
+from training.state_cache import CachedStatesJudge, StateCache
+
+RECORDS = [
+    {"id": f"r{i}", "question": f"Which animal is heard in clip {i % 3}?", "reference": ["dog", "puppy"][: 1 + i % 2],
+     "rationale": "A dog barks twice.", "candidate": ["a dog", "a cat", "it is a puppy", "no idea"][i % 4],
+     "ratings": [[5, 4], [1], [4, 5, 5], [2, 1]][i % 4]}
+    for i in range(12)
+]
+
+
+def test_training_from_the_cache_gives_the_uncached_losses_and_gradients(tmp_path):
+    from packing_orca import pad_token_ids
+    from processing_orca import encode_fields, input_variants
+
+    model, tokenizer = tiny_llama_orca()
+    model.eval()
+    for p in model.backbone.parameters():
+        p.requires_grad_(False)
+    ids = encode_fields([input_variants(r, model.config)[0] for r in RECORDS], tokenizer, model.config)
+    input_ids, mask = pad_token_ids(ids, tokenizer.pad_token_id)
+    from modeling_orca import pad_ratings
+
+    out = model(input_ids=input_ids, attention_mask=mask, ratings=pad_ratings([r["ratings"] for r in RECORDS]))
+    out.loss.backward()
+    want = [p.grad.clone() for p in model.score_head.parameters()]
+    model.zero_grad()
+
+    cache = StateCache(tmp_path, model)
+    states = torch.stack([s[0] for s in cache.states(model, tokenizer, RECORDS)])
+    loss = head_loss(model, states, [r["ratings"] for r in RECORDS])
+    loss.backward()
+    torch.testing.assert_close(loss, out.loss, rtol=1e-6, atol=1e-6)
+    for got, ref in zip((p.grad for p in model.score_head.parameters()), want):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_cached_predictions_equal_predict_and_the_cache_is_read_back(tmp_path):
+    model, tokenizer = tiny_llama_orca(reference_mode="max")
+    want = model.predict(RECORDS, tokenizer)
+    judge = CachedStatesJudge(model, StateCache(tmp_path, model))
+    got = judge.predict(RECORDS, tokenizer)
+    for a, b in zip(got, want):
+        assert a["mean"] == pytest.approx(b["mean"], abs=1e-5) and a["variance"] == pytest.approx(b["variance"], abs=1e-5)
+    # a second cache on the same backbone reads the shard and computes nothing
+    again = StateCache(tmp_path, model)
+    model.encode = lambda *a, **k: pytest.fail("computed a cached state again")
+    assert [p["mean"] for p in CachedStatesJudge(model, again).predict(RECORDS, tokenizer)] == [p["mean"] for p in got]
+
+
+def test_another_backbone_template_or_record_is_not_read_back(tmp_path):
+    model, tokenizer = tiny_llama_orca()
+    cache = StateCache(tmp_path, model)
+    cache.states(model, tokenizer, RECORDS[:4])
+    with torch.no_grad():  # a fine-tuned copy: other weights, another folder
+        next(model.backbone.parameters()).add_(1e-3)
+    assert StateCache(tmp_path, model).folder != cache.folder
+    model2, _ = tiny_llama_orca(template_suffix="\nCorrect?")  # same weights, another template: other keys
+    assert StateCache(tmp_path, model2).folder == StateCache(tmp_path, tiny_llama_orca()[0]).folder
+    from training.state_cache import record_keys
+
+    assert not set(record_keys(model2, tokenizer, RECORDS[:4])) & set(cache.index)
+    edited = [dict(RECORDS[0], candidate="a wolf")]
+    assert record_keys(tiny_llama_orca()[0], tokenizer, edited)[0] not in cache.index
+
+
+def test_a_torn_shard_is_computed_again_not_trusted(tmp_path):
+    model, tokenizer = tiny_llama_orca()
+    cache = StateCache(tmp_path, model)
+    want = cache.states(model, tokenizer, RECORDS)
+    shard = next(cache.folder.glob("shard-*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:100])  # what a kill -9 without the atomic rename would leave
+    fresh = StateCache(tmp_path, model)
+    assert not fresh.index
+    got = fresh.states(model, tokenizer, RECORDS)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def write_split(path, n, seed):
+    import random
+
+    rng = random.Random(seed)
+    animals = ["dog", "cat", "cow", "owl", "frog", "horse"]
+    with path.open("w") as f:
+        for i in range(n):
+            ref = rng.choice(animals)
+            cand = ref if rng.random() < 0.5 else rng.choice([a for a in animals if a != ref])
+            ratings = [5, 4] if cand == ref else [1, 2]
+            f.write(json.dumps({"id": f"{path.stem}-{i}", "question": f"Which animal? ({i % 7})", "reference": ref,
+                                "candidate": f"a {cand}", "ratings": ratings}) + "\n")
+    return str(path)
+
+
+def test_a_frozen_run_trains_the_head_resumes_and_saves_an_orca_model(tmp_path):
+    files = {s: write_split(tmp_path / f"{s}.jsonl", n, k) for k, (s, n) in enumerate((("train", 64), ("validation", 16), ("test", 16)))}
+    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / "run"), "--lora.enabled", "false",
+                                 "--training.frozen_backbone", "true", "--training.state_cache", str(tmp_path / "states"),
+                                 "--training.eval_every", "5", "--training.log_every", "1"])
+    cfg["stages"] = {"s1": {"files": files, "max_steps": 10, "lr": 1e-2, "max_items": 32},
+                     "s3": {"files": files, "max_steps": 20, "lr": 1e-2}}
+    cfg["test"]["compare_reference_modes"] = False
+    before = {k: v.clone() for k, v in tiny_llama_orca()[0].backbone.state_dict().items()}
+    results = train.run(cfg)
+    assert results["stages"]["s1"]["train_items"] == 32 and results["stages"]["s3"]["train_items"] == 64
+    assert results["test"]["orca"]["n"] == 16
+    from eval_suite.loading import load_model
+
+    model, tokenizer = load_model(str(tmp_path / "run" / "final"))
+    for name, value in model.backbone.state_dict().items():  # the backbone is the one it started from
+        torch.testing.assert_close(value, before[name])
+    preds = [json.loads(line) for line in (tmp_path / "run" / "test_predictions.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in open(files["test"])]
+    direct = model.predict(records, tokenizer)  # the cached evaluation is what the saved model gives
+    assert [p["mean"] for p in preds] == pytest.approx([p["mean"] for p in direct], abs=1e-5)
+    # resume after the end: finished stages are not trained again, the result is the same
+    again = train.run(cfg, resume=True)
+    assert again["test"]["orca"] == results["test"]["orca"]
+
+
+def test_frozen_backbone_with_lora_is_refused():
+    with pytest.raises(SystemExit, match="lora.enabled false"):
+        load_run_config(None, ["--model.backbone", "tiny-llama", "--training.frozen_backbone", "true"])
+
+
+@pytest.mark.parametrize("score_type", ["bernoulli", "multinomial", "beta"])
+def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type):
+    """model.head_init: verdict. The Bernoulli head's mean is 1 + 4 P(yes | yes or no) of the causal LM at the last
+    token (computed here with its LM head, an independent path); the other heads rank the records the same way."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from eval_suite.backbones import smollm2_path
+    from modeling_orca import OrcaForCorrectnessDistribution
+    from processing_orca import encode_fields, input_variants
+    from training.model import init_head_from_verdict, tiny_backbone_config
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(tiny_backbone_config("llama", len(tokenizer))).eval()  # untied LM head
+    lm.save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    model, tok = OrcaForCorrectnessDistribution.from_backbone(tmp_path / "lm", score_type=score_type)
+    init_head_from_verdict(model, tok, str(tmp_path / "lm"), ["Yes", "No"])
+    preds = model.predict(RECORDS, tok)
+    yes, no = (tok(w, add_special_tokens=False)["input_ids"][0] for w in ("Yes", "No"))
+    ids = encode_fields([input_variants(r, model.config)[0] for r in RECORDS], tok, model.config)
+    with torch.no_grad():
+        want = [torch.softmax(lm(torch.tensor([i])).logits[0, -1, [yes, no]].double(), 0)[0].item() for i in ids]
+    means = [p["mean"] for p in preds]
+    if score_type == "bernoulli":
+        assert means == pytest.approx([1 + 4 * w for w in want], abs=1e-5)
+    from scipy.stats import spearmanr
+
+    assert spearmanr(means, want).statistic == pytest.approx(1.0)
