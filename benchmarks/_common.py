@@ -27,7 +27,7 @@ _hf_logging.disable_progress_bar()
 # |candidate answer: {candidate}", no special tokens): the converter's template, without its scoring-only settings
 RELEASE_TEMPLATE = {key: REFERENCE_TEMPLATE[key] for key in (
     "template_fields", "field_labels", "field_separator", "template_prefix", "skip_empty_fields", "add_special_tokens")}
-BACKBONES = ("smollm2", "minilm", "tiny-llama", "llama3b-random")
+BACKBONES = ("smollm2", "minilm", "gemma3-270m", "qwen2.5-coder-1.5b-instruct", "tiny-llama", "llama3b-random")
 # random-weight Llamas with SmolLM2's tokenizer: a 2-layer one for smoke runs, and one of Llama-3.2-3B's sizes (the
 # vocabulary aside: SmolLM2's 49,152 ids, not 128,256) for a GPU run
 RANDOM_LLAMAS = {
@@ -55,10 +55,11 @@ def load_records(n: int, data_dir: str | None = None, config: str = "s3_evouna_n
 def backbone_folder(name: str, tmp: Path) -> tuple[str, str]:
     """(folder, pooling) of a benchmark backbone. `tiny-llama` is a random 2-layer Llama with SmolLM2's tokenizer
     (for smoke runs)."""
+    from eval_suite.backbones import BACKBONES as OFFLINE
     from eval_suite.backbones import minilm_path, smollm2_path
 
-    if name == "smollm2":
-        return str(smollm2_path()), "last"
+    if name in ("smollm2", "gemma3-270m", "qwen2.5-coder-1.5b-instruct"):
+        return str(OFFLINE[name]()), "last"
     if name == "minilm":
         return str(minilm_path()), "mean"  # the sentence encoder's own pooling; no prefix sharing for an encoder
     if name in RANDOM_LLAMAS:
