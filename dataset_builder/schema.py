@@ -164,16 +164,16 @@ def validate_record(obj, *, path=None, line=None) -> dict:
     if not isinstance(ratings, list | tuple):
         raise err("ratings", f"expected a list of integers 1-5, got {type(ratings).__name__}")
     ratings = list(ratings)  # a copy: the caller's list is not modified, and a tuple is accepted
-    for i, r in enumerate(ratings):
-        shown = _shown(r)  # as given (1e300, not its 301 digits), bounded in length
+    for i, given in enumerate(ratings):
+        r = given
         if not _is_int(r):
             # 4.0 from a float-writing tool is accepted; 4.5 or "4" or true are not.
             if isinstance(r, float) and r.is_integer():
                 r = int(r)
             else:
-                raise err("ratings", f"item {i} is {shown}: ratings must be integers {RATING_MIN}-{RATING_MAX}")
-        if not RATING_MIN <= r <= RATING_MAX:
-            raise err("ratings", f"item {i} is {shown}: outside {RATING_MIN}-{RATING_MAX}")
+                raise err("ratings", f"item {i} is {_shown(given)}: ratings must be integers {RATING_MIN}-{RATING_MAX}")
+        if not RATING_MIN <= r <= RATING_MAX:  # named as given: 1e300, not its 301 digits
+            raise err("ratings", f"item {i} is {_shown(given)}: outside {RATING_MIN}-{RATING_MAX}")
         ratings[i] = r
     rec["ratings"] = ratings
 
@@ -202,15 +202,12 @@ def validate_record(obj, *, path=None, line=None) -> dict:
     if not isinstance(meta, dict):
         raise err("metadata", f"expected a dict (or its JSON encoding), got {type(meta).__name__}")
     meta = {**meta, **extra}
-    for key, value in meta.items():
-        where = key if key in extra else "metadata"  # an input key outside the schema is named as itself
-        if isinstance(value, dict | list) and too_deep(value):
-            raise err(where, f"nested deeper than {MAX_DEPTH} levels")
-        try:  # NaN and Infinity parse (Python's json accepts them) but are not JSON: strict readers of the output fail
-            json.dumps(value, allow_nan=False)
-        except ValueError:
-            raise err(where, "NaN or Infinity is not valid JSON (write null or a number)") from None
-    rec["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    try:  # NaN and Infinity parse (Python's json accepts them) but are not JSON: strict readers of the output fail
+        rec["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (ValueError, RecursionError):  # RecursionError: a Python caller's value nested about 1,000 deep
+        rec["metadata"] = None
+    if rec["metadata"] is None or too_deep(meta, rec["metadata"]):
+        _raise_for_metadata_key(meta, extra, err)
     if problem := unicode_problem(rec["metadata"]):  # an extra key's value, or a metadata string, with a surrogate
         raise err("metadata", f"{problem} (in metadata or in a key outside the schema)")
 
@@ -218,6 +215,20 @@ def validate_record(obj, *, path=None, line=None) -> dict:
     if not out["question_id"]:
         out["question_id"] = out["id"]
     return out
+
+
+def _raise_for_metadata_key(meta: dict, extra: dict, err) -> None:
+    """The RecordError for the first metadata value that is nested too deeply or holds NaN or Infinity, naming an
+    input key outside the schema as itself (the slow path: only for a record that has such a value)."""
+    for key, value in meta.items():
+        where = key if key in extra else "metadata"
+        if isinstance(value, dict | list) and too_deep([value]):  # [value]: as deep as it sits in metadata
+            raise err(where, f"nested deeper than {MAX_DEPTH} levels")
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise err(where, "NaN or Infinity is not valid JSON (write null or a number)") from None
+    raise err("metadata", f"nested deeper than {MAX_DEPTH} levels")  # no one value is, but all of it is
 
 
 def _shown(value, limit: int = 40) -> str:
