@@ -287,8 +287,12 @@ def submission_target(case) -> str:
 
 answer_line = st.fixed_dictionaries({"question_id": st.sampled_from(IDS) | json_value, "answer": text | json_value},
                                     optional={"x": json_value}).map(lambda o: encode(o, False))
-submissions = st.tuples(st.lists(answer_line | line, max_size=5),
-                        st.none() | st.binary(max_size=30)
+valid_answers = st.lists(st.tuples(st.sampled_from(IDS), text), min_size=1, max_size=3, unique_by=lambda v: v[0]).map(
+    lambda pairs: [encode({"question_id": q, "answer": a}, False) for q, a in pairs])
+# files of good answers, of any lines, and of good answers with a hostile line among them
+submissions = st.tuples(valid_answers | st.lists(answer_line | line, max_size=5) | st.tuples(valid_answers, st.lists(
+                            answer_line | line, min_size=1, max_size=1)).map(lambda v: v[0] + v[1]),
+                        st.none() | st.none() | st.binary(max_size=30)
                         | st.dictionaries(st.sampled_from(["model_name", "link", "benchmark", "x"]), json_value | text,
                                           max_size=3).map(lambda o: encode(o, False)))
 
