@@ -110,7 +110,7 @@ def check_paths(inputs: dict[str, Path | None], outputs: dict[str, Path | None])
     for i, (flag, path) in enumerate(given):
         for other, source in [*((f, Path(p)) for f, p in inputs.items() if p is not None), *given[:i]]:
             if _same_file(path, source):
-                raise UsageError(f"{flag} {path}: is the same file as {other} {source}; choose another {flag}")
+                raise UsageError(f"{flag} {path}: is the same file as {other} {source}; choose another {flag.split()[0]}")
         if problem := _output_problem(path):
             raise UsageError(f"{flag} {path}: {problem}")
 

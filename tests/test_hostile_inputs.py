@@ -349,3 +349,11 @@ def test_a_hand_edited_partial_file_is_refused_not_a_crash(tmp_path, line):
     entries = [scoring.Entry(i + 1, "", record={"id": x}) for i, x in enumerate("abc")]
     with pytest.raises(UsageError, match=f"{partial}:2: unreadable line in the partial output"):
         sharding.completed_prefix(partial, entries)  # before: AttributeError (a list) or RecursionError
+
+
+def test_an_input_named_like_the_outputs_partial_file_is_kept(tmp_path, capsys, no_model):
+    inp = write_lines(tmp_path / "o.jsonl.partial", [GOOD])
+    before = inp.read_bytes()
+    assert score_exit(tmp_path, "--input", inp, "--output", tmp_path / "o.jsonl") == 2
+    assert one_error_line(capsys).endswith(f"is the same file as --input {inp}; choose another --output")
+    assert inp.read_bytes() == before
