@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orca-installed
 
-.PHONY: venv qwen fetch-data browser test test-fast test-distributed quickstart judge leaderboard-demo leaderboard-app lint bench gpu-check clean
+.PHONY: venv qwen fetch-data browser test test-fast test-distributed quickstart judge judge-qwen leaderboard-demo leaderboard-app lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -58,6 +58,13 @@ quickstart: venv
 # the Gemma 3 270M judge with the meaning items (configs/judge.yaml): better on the probes, about an hour here
 judge: venv
 	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/judge.yaml
+
+# the Qwen2.5-Coder-1.5B-Instruct judge (configs/qwen-judge.yaml): the backbone frozen, its pooled states cached in
+# $$ORCA_CACHE/states, the head trained through the curriculum; then its untrained yes/no reading on the same items
+# (configs/qwen-zero-shot.yaml, from the cache). Resumable: rerun with RESUME=--resume after an interruption
+judge-qwen: venv qwen
+	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/qwen-judge.yaml $(RESUME)
+	HF_HUB_OFFLINE=1 $(PY) train.py --config configs/qwen-zero-shot.yaml $(RESUME)
 
 # the two real audio-LM answer sets on MMAU test-mini, scored by the quickstart model
 leaderboard-demo: venv

