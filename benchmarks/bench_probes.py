@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     line = (f"probe_accuracy={summary['accuracy']:.3f} ({summary['passed']}/{summary['n']}) "
             f"worst_type={worst[0]}:{worst[1]['accuracy']:.3f}")
     if args.json:
-        # a Hub id's commit, or a folder's path with a hash of its file names and sizes (as orca-score reports it)
+        # a Hub id's commit, or a folder's path with a hash of its files' contents (as orca-score reports it)
         model_info = {"name_or_path": args.model, "revision": resolve_revision(args.model, args.revision)[1],
                       "config": model.config.to_dict()}
         write_json_atomic(Path(args.json), {"summary_line": line, "model": model_info, "probe_files": [

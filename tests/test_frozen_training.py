@@ -166,3 +166,15 @@ def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type)
     from scipy.stats import spearmanr
 
     assert spearmanr(means, want).statistic == pytest.approx(1.0)
+
+
+def test_sample_questions_keeps_whole_questions_in_input_order():
+    from training.data import sample_questions
+
+    records = [{"id": f"{q}-{a}", "question_id": f"q{q}", "question": "?"} for q in range(20) for a in range(1 + q % 4)]
+    picked = sample_questions(records, 15, seed=3)
+    assert len(picked) <= 15 and picked == [r for r in records if r in picked]  # a subset, in input order
+    chosen = {r["question_id"] for r in picked}
+    assert all(r in picked for r in records if r["question_id"] in chosen)  # every answer of a chosen question
+    assert sample_questions(records, 15, seed=3) == picked and sample_questions(records, 15, seed=4) != picked
+    assert sample_questions(records, None, seed=3) == records
