@@ -12,6 +12,7 @@ prefix-tree batches). Nothing here changes process-wide settings or the backbone
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,9 @@ logger = logging.get_logger(__name__)
 
 RATING_PAD = -100  # padding value of the `ratings` tensor (the usual ignore-index of transformers labels)
 PIPELINE_TASK = "orca-scoring"  # pipeline(PIPELINE_TASK, model=folder_or_repo, trust_remote_code=True)
-# `predict`'s `batch_size` is a token budget in these units: batches hold up to batch_size x 256 tokens
+# `predict`'s deprecated `batch_size` was a token budget in these units: batch_size=N meant batches of N x 256 tokens
 TOKENS_PER_BATCH_SIZE_UNIT = 256
+DEFAULT_BATCH_TOKENS = 16 * TOKENS_PER_BATCH_SIZE_UNIT  # `max_batch_tokens` when not given (off the CPU): 4,096
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class OrcaPreTrainedModel(PreTrainedModel):
 
 
 class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
-    # most tokens of a batch on CPU when `max_batch_tokens` is not given (`batch_size` x 256 below it): paired runs,
+    # most tokens of a batch on CPU when `max_batch_tokens` is not given (DEFAULT_BATCH_TOKENS elsewhere): paired runs,
     # SmolLM2 on 40 answers under load (docs/performance.md, CPU round 5): 4,096-token batches took 0.73x the time
     # of 1,024 at 2 threads (median of 6 pairs, 0.53-0.91), 1.12x at 1 thread (3 pairs); kept for 2 threads
     cpu_batch_tokens = 4096
@@ -317,27 +319,28 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         self,
         records: list[dict],
         tokenizer,
-        batch_size: int = 16,
+        *,
+        max_batch_tokens: int | None = None,
         show_progress: bool = False,
         clamp_threshold: float | None = None,
-        *,
         share_prefix: bool | None = None,
-        max_batch_tokens: int | None = None,
+        batch_size: int | None = None,
     ) -> list[dict[str, Any]]:
         """Score records; returns one dict per record, in input order: `mean`, `variance` (None for Bernoulli),
         `probs` (list of 5 floats, None for Bernoulli), `score` (mean scaled to [0, 1], clamped when the config or
         `clamp_threshold` asks), and `nll` of the record's `ratings` when it has any. With reference_mode='max'
         each alias is one input and the alias giving the highest mean wins. `encode` then `predict_from_states`.
 
-        `batch_size` is not a count of inputs but a token budget, kept under this name for the callers and the CLI's
-        `--batch-size`: batches hold up to `max_batch_tokens` tokens, padding included (default `batch_size` x
-        TOKENS_PER_BATCH_SIZE_UNIT = 256, at most `cpu_batch_tokens` on CPU), longest inputs first, so a batch holds
-        many short inputs or few long ones. Inputs are tokenised once; identical inputs are scored once. With `share_prefix`
+        Batches hold up to `max_batch_tokens` tokens, padding included (default: `cpu_batch_tokens` on CPU, else
+        DEFAULT_BATCH_TOKENS, both 4,096), longest inputs first, so a batch holds many short inputs or few long
+        ones. `batch_size` (deprecated: not a count of inputs) means `batch_size` x 256 tokens, at most
+        `cpu_batch_tokens` on CPU. Inputs are tokenised once; identical inputs are scored once. With `share_prefix`
         (default: the config's `share_prefix`) and `prefix_sharing_supported`, the answers to one question share
         prefix-tree rows (exact: see `pack_prefix_tree`); inputs cut to `max_length` are scored on their own. The
         model is left as it was: same weights, config and train/eval mode of every module, also after an error."""
         records = list(records)
-        states, owner = self.encode(records, tokenizer, batch_size, show_progress, share_prefix=share_prefix, max_batch_tokens=max_batch_tokens)
+        budget = self._batch_token_budget(max_batch_tokens, batch_size)  # here: the warning names predict's caller
+        states, owner = self.encode(records, tokenizer, max_batch_tokens=budget, show_progress=show_progress, share_prefix=share_prefix)
         return self.predict_from_states(records, states, owner, clamp_threshold)
 
     @torch.inference_mode()
@@ -369,17 +372,23 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
             results.append(result)
         return results
 
-    def _batch_token_budget(self, batch_size: int, max_batch_tokens: int | None) -> int:
-        """Tokens per batch (padding included): `max_batch_tokens` when given, else `batch_size` units of
-        TOKENS_PER_BATCH_SIZE_UNIT, at most `cpu_batch_tokens` on CPU."""
+    def _batch_token_budget(self, max_batch_tokens: int | None, batch_size: int | None) -> int:
+        """Tokens per batch (padding included): `max_batch_tokens` when given, else DEFAULT_BATCH_TOKENS or the
+        deprecated `batch_size` units of TOKENS_PER_BATCH_SIZE_UNIT, at most `cpu_batch_tokens` on CPU."""
+        if batch_size is not None:
+            if max_batch_tokens is not None:
+                raise ValueError("give max_batch_tokens (tokens per batch) or the deprecated batch_size, not both")
+            warnings.warn(f"batch_size is deprecated: it is a token budget (batch_size x {TOKENS_PER_BATCH_SIZE_UNIT} "
+                          "tokens), not a count of inputs; pass max_batch_tokens (tokens per batch, padding included)",
+                          FutureWarning, stacklevel=4)  # this, predict or encode, torch's inference_mode, the caller
         if max_batch_tokens is not None:
             return max_batch_tokens
-        budget = max(1, batch_size) * TOKENS_PER_BATCH_SIZE_UNIT
+        budget = DEFAULT_BATCH_TOKENS if batch_size is None else max(1, batch_size) * TOKENS_PER_BATCH_SIZE_UNIT
         return min(budget, self.cpu_batch_tokens) if self.device.type == "cpu" else budget
 
     @torch.inference_mode()
-    def encode(self, records: list[dict], tokenizer, batch_size: int = 16, show_progress: bool = False, *,
-               share_prefix: bool | None = None, max_batch_tokens: int | None = None) -> tuple[torch.Tensor, list[int]]:
+    def encode(self, records: list[dict], tokenizer, *, max_batch_tokens: int | None = None, show_progress: bool = False,
+               share_prefix: bool | None = None, batch_size: int | None = None) -> tuple[torch.Tensor, list[int]]:
         """(states, owner): the pooled final hidden state of every input variant of every record (one per alias with
         reference_mode='max'), (V, H) on the CPU in the backbone's dtype, and the index of each variant's record.
         Batching and prefix sharing as in `predict`; the model is left in the mode it was in."""
@@ -389,7 +398,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
                 variants.append(fields)
                 owner.append(i)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        budget = self._batch_token_budget(batch_size, max_batch_tokens)
+        budget = self._batch_token_budget(max_batch_tokens, batch_size)
         share = self.config.share_prefix if share_prefix is None else share_prefix
         share = share and self.prefix_sharing_supported
 
@@ -422,8 +431,9 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
 
 class OrcaScoringPipeline(Pipeline):
     """Scores one record (a dict: question, reference, candidate, optional rationale / transcript / ratings) or a
-    list of them with `model.predict`; keyword arguments (batch_size, share_prefix, max_batch_tokens,
-    clamp_threshold, show_progress) go to `predict`."""
+    list of them with `model.predict`; keyword arguments (max_batch_tokens, share_prefix, clamp_threshold,
+    show_progress) go to `predict`. `batch_size` (of the call or of `pipeline(...)`) keeps transformers' meaning,
+    a count of records: at most that many per `predict` call (default: all in one), each batched by tokens."""
 
     _load_tokenizer = True
 
@@ -433,10 +443,9 @@ class OrcaScoringPipeline(Pipeline):
     def __call__(self, records, **kwargs):
         single = isinstance(records, dict)
         records = [records] if single else list(records)
-        params = {**self._forward_params, **kwargs}
-        if params.get("batch_size") is None and self._batch_size is not None:
-            params["batch_size"] = self._batch_size
-        results = self.model.predict(records, self.tokenizer, **{k: v for k, v in params.items() if v is not None})
+        params = {k: v for k, v in {**self._forward_params, **kwargs}.items() if v is not None}
+        step = params.pop("batch_size", None) or self._batch_size or max(1, len(records))
+        results = [p for i in range(0, len(records), step) for p in self.model.predict(records[i : i + step], self.tokenizer, **params)]
         return results[0] if single else results
 
     # the steps of a transformers pipeline, for callers that drive them one by one: the same `predict`
@@ -466,6 +475,7 @@ PipelineRegistry(supported_tasks={}, task_aliases={}).register_pipeline(
 )
 
 __all__ = [
+    "DEFAULT_BATCH_TOKENS",
     "HEADS",
     "OrcaForCorrectnessDistribution",
     "OrcaOutput",

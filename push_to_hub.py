@@ -251,7 +251,7 @@ config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
 model = AutoModel.from_pretrained(folder, trust_remote_code=True)
 tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 assert "transformers_modules" in type(model).__module__, type(model).__module__
-print(json.dumps(model.predict(records, tokenizer, batch_size=2)))
+print(json.dumps(model.predict(records, tokenizer, max_batch_tokens=512)))
 """
 
 
@@ -293,7 +293,7 @@ def build_model_folder(args, out: Path) -> None:
                       base_model=hub_base_model(metrics, args.base_model), dataset_id=args.dataset_id,
                       licence=args.license)
     card.save(out / "README.md")
-    validate_in_fresh_process(out, model.predict(CHECK_RECORDS, tokenizer, batch_size=2))
+    validate_in_fresh_process(out, model.predict(CHECK_RECORDS, tokenizer, max_batch_tokens=512))
 
 
 def build_and_publish(args, build, repo_type: str, message: str, **create_kwargs) -> None:

@@ -52,9 +52,9 @@ def many_alias_records(min_aliases: int, n_records: int, data_dir=None) -> list[
     return random.Random(0).sample(records, min(n_records, len(records)))
 
 
-def timed_predict(model, tokenizer, records, batch_size) -> tuple[list[dict], float]:
+def timed_predict(model, tokenizer, records, max_batch_tokens) -> tuple[list[dict], float]:
     t = time.perf_counter()
-    preds = model.predict(records, tokenizer, batch_size=batch_size)
+    preds = model.predict(records, tokenizer, max_batch_tokens=max_batch_tokens)
     return preds, time.perf_counter() - t
 
 
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=40, help="many-alias records (EVOUNA-NQ answers)")
     p.add_argument("--min-aliases", type=int, default=5)
     p.add_argument("--dev-items", type=int, default=0, help="dev items for the quality check (0 = the whole split)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 4,096)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -98,12 +98,12 @@ def main(argv=None) -> int:
         records = [{**r, "reference": trivia_aliases(r["reference"], n, seed=i)} for i, r in enumerate(base_records)]
         one = [{**r, "reference": r["reference"][:1]} for r in base_records]  # the canonical alias alone
         configure("max", 0)
-        one_preds, t_one = timed_predict(model, tokenizer, one, args.batch_size)
-        full_preds, t_full = timed_predict(model, tokenizer, records, args.batch_size)
+        one_preds, t_one = timed_predict(model, tokenizer, one, args.max_batch_tokens)
+        full_preds, t_full = timed_predict(model, tokenizer, records, args.max_batch_tokens)
         entries = {"one alias": (one_preds, t_one), "max, every alias": (full_preds, t_full)}
         for k in args.k:
             configure("max", k)
-            entries[f"max, {k} closest"] = timed_predict(model, tokenizer, records, args.batch_size)
+            entries[f"max, {k} closest"] = timed_predict(model, tokenizer, records, args.max_batch_tokens)
         per_n[n] = {}
         full_mean = np.array([q["mean"] for q in full_preds])
         for name, (preds, seconds) in entries.items():
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     dev_rows = {}
     for mode, k in [("join", 0), ("max", 0), *[("max", k) for k in args.k]]:
         configure(mode, k)
-        preds, seconds = timed_predict(model, tokenizer, dev, args.batch_size)
+        preds, seconds = timed_predict(model, tokenizer, dev, args.max_batch_tokens)
         name = f"{mode}" + (f", {k} closest" if k else "")
         dev_rows[name] = {**agreement(preds, dev), "seconds": seconds}
         print(f"dev ({len(dev)} answers) {name:<16} Spearman {dev_rows[name]['spearman']:.4f} ROC-AUC "

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="an ORCA folder or Hub id, e.g. runs/quickstart/final")
     p.add_argument("--revision", default=None, help="a Hub revision (branch, tag or commit)")
     p.add_argument("--probes", nargs="+", default=None, help=f"probe files or folders (default {PROBES_DIR})")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 4,096)")
     p.add_argument("--device", default=None, help="cpu, cuda, auto (default: where the model loads)")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: as saved)")
     p.add_argument("--max-failures", type=int, default=40, help="failing probes printed (all are in --json)")
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     records = load_probes(args.probes)
     model, tokenizer = load_model(args.model, revision=args.revision, device=args.device, dtype=args.dtype)
     print(f"{len(records)} probes from {len(probe_files(args.probes))} files; model {args.model}; {load_line()}", flush=True)
-    rows = score_probes(model, tokenizer, records, batch_size=args.batch_size)
+    rows = score_probes(model, tokenizer, records, max_batch_tokens=args.max_batch_tokens)
     summary = summarise(rows)
     print_table(summary, args.max_failures)
 

@@ -18,7 +18,7 @@ are reported. Last line:
     .venv/bin/python benchmarks/bench_scoring.py --backbone smollm2 --ablations
     .venv/bin/python benchmarks/bench_scoring.py --n 300 --backbone smollm2 --ablation sharing --ablation-repeats 5
     git show REV:modeling_orca.py > /tmp/old.py && .venv/bin/python benchmarks/bench_scoring.py --compare-with /tmp/old.py
-    python benchmarks/bench_scoring.py --backbone llama3b-random --device cuda --dtype bfloat16 --n 10000 --batch-size 64
+    python benchmarks/bench_scoring.py --backbone llama3b-random --device cuda --dtype bfloat16 --n 10000 --max-batch-tokens 16384
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ def timed(fn):
 def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
+    from modeling_orca import DEFAULT_BATCH_TOKENS
     from processing_orca import encode_fields, format_input, input_variants
 
     folder, pooling = backbone_folder(name, tmp)
@@ -155,11 +156,11 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     # (a) the package's predict (warm-up on a few records first), `--repeats` times, each run between two GEMM
     # probes: this shared machine's speed drifts by tens of percent within minutes, so each run is held against
     # the GEMM rate around it (the mean of the probe medians before and after)
-    model.predict(records[:4], tokenizer, batch_size=args.batch_size)
+    model.predict(records[:4], tokenizer, max_batch_tokens=args.max_batch_tokens)
     runs_a = []  # (seconds, GEMM GFLOP/s around the run)
     for _ in range(args.repeats):
         before = statistics.median(gemm[-3:])
-        preds, t, mem_a = timed(lambda: model.predict(records, tokenizer, batch_size=args.batch_size))
+        preds, t, mem_a = timed(lambda: model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens))
         gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
         runs_a.append((t, (before + statistics.median(gemm[-3:])) / 2))
     t_a = statistics.median(t for t, _ in runs_a)
@@ -176,7 +177,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         keys = list(variants) if "all" in args.ablation else args.ablation
 
         def default():
-            return model.predict(records, tokenizer, batch_size=args.batch_size)
+            return model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens)
 
         for label, kw, attrs in [v for key in keys for v in variants[key]]:
             pairs = []  # (default seconds, variant seconds): each variant run right after a default run
@@ -186,7 +187,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
                 for name, value in attrs.items():
                     setattr(model, name, value)
                 try:
-                    _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, batch_size=args.batch_size, **kw))
+                    _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, **{"max_batch_tokens": args.max_batch_tokens, **kw}))
                 finally:
                     for name, value in saved.items():
                         setattr(model, name, value)
@@ -222,7 +223,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     # last, as the profiler keeps memory that would count in the peaks above
     profile = None
     if args.profile:
-        profile = profile_predict(lambda: model.predict(records, tokenizer, batch_size=args.batch_size))
+        profile = profile_predict(lambda: model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens))
         gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
         profile["gemm_gflops_after"] = round(statistics.median(gemm[-3:]), 1)
 
@@ -242,7 +243,7 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
         floor_tokens=n_floor,
         token_ids_equal_to_whole_text=f"{same_ids}/{n}",
         prefix_sharing=causal and config.share_prefix,
-        default_batch_tokens=model.cpu_batch_tokens if model.device.type == "cpu" else args.batch_size * 256,
+        default_batch_tokens=args.max_batch_tokens or (model.cpu_batch_tokens if model.device.type == "cpu" else DEFAULT_BATCH_TOKENS),
         device=args.device,
         dtype=args.dtype,
         a=dict(seconds=round(t_a, 2), runs=[dict(seconds=round(t, 2), gemm_gflops=round(r, 1), floor_fraction=round(f, 3)) for (t, r), f in zip(runs_a, fractions)],
@@ -276,9 +277,10 @@ def predict_once(name: str, records: list[dict], args, tmp: Path) -> dict:
         spec.loader.exec_module(module)
     folder, pooling = backbone_folder(name, tmp)
     model, tokenizer = orca_model(folder, pooling, add_special_tokens=name == "minilm", device=args.device, dtype=getattr(torch, args.dtype))
-    model.predict(records[:4], tokenizer, batch_size=args.batch_size)
+    budget = {"max_batch_tokens": args.max_batch_tokens} if args.max_batch_tokens else {}  # an older file may lack it
+    model.predict(records[:4], tokenizer, **budget)
     t = time.perf_counter()
-    preds = model.predict(records, tokenizer, batch_size=args.batch_size)
+    preds = model.predict(records, tokenizer, **budget)
     return dict(seconds=time.perf_counter() - t, means=[p["mean"] for p in preds], modeling=args.modeling)
 
 
@@ -290,7 +292,8 @@ def compare_with(name: str, args) -> dict:
     import subprocess
     import sys
 
-    base = [sys.executable, __file__, "--predict-once", "--backbone", name, "--n", str(args.n), "--batch-size", str(args.batch_size),
+    budget = ["--max-batch-tokens", str(args.max_batch_tokens)] if args.max_batch_tokens else []
+    base = [sys.executable, __file__, "--predict-once", "--backbone", name, "--n", str(args.n), *budget,
             "--device", args.device, "--dtype", args.dtype] + (["--data-dir", args.data_dir] if args.data_dir else []) \
         + (["--threads", str(args.threads)] if args.threads else [])  # fmt: skip
 
@@ -321,7 +324,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
     p.add_argument("--backbone", action="append", choices=BACKBONES, help="repeatable; default smollm2 then minilm")
     p.add_argument("--data-dir", default=None, help="../shared/data by default")
-    p.add_argument("--batch-size", type=int, default=16, help="predict's batch_size (token budget = 256 x this, at most 4,096 on CPU)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's max_batch_tokens (default: its own, 4,096)")
     p.add_argument("--naive-batch-sizes", default="4,8,16", help="batch sizes tried for the naive path")
     p.add_argument("--calib", type=int, default=120, help="records of the naive batch-size calibration")
     p.add_argument("--gemm-size", type=int, default=2048)

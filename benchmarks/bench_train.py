@@ -245,7 +245,7 @@ def time_path(path: str, folder: str, token_ids, records, args, total_steps: int
 def dev_spearman(trainer, tokenizer, dev: list[dict]) -> float:
     from scipy.stats import spearmanr
 
-    preds = trainer.orca().predict(dev, tokenizer, batch_size=16)
+    preds = trainer.orca().predict(dev, tokenizer)
     human = [sum(r["ratings"]) / len(r["ratings"]) for r in dev]
     return float(spearmanr([p["mean"] for p in preds], human).statistic)
 

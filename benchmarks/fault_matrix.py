@@ -232,7 +232,7 @@ def scoring_matrix(work: Path, model: Path, n_points: int, rng: random.Random) -
 
     def run(out: Path):
         return lambda: cli.main(["--model", str(model), "--input", str(inp), "--output", str(out / "scores.jsonl"),
-                                 "--summary", str(out / "summary.json"), "--chunk-size", "2", "--batch-size", "2",
+                                 "--summary", str(out / "summary.json"), "--chunk-size", "2", "--max-batch-tokens", "512",
                                  "--device", "cpu", "--resume", "--quiet", "--no-progress"])
 
     ref = work / "score-ref"
@@ -295,7 +295,7 @@ def leaderboard_matrix(work: Path, model_dir: Path, n_points: int, rng: random.R
 
     questions = {"mmau-test-mini": load_questions("mmau-test-mini", questions=mmau_questions(work / "q.json", 8))}
     settings = argparse.Namespace(uncertainty_threshold=1.0, doubtful_threshold=None, doubtful_top=5, bootstrap=50,
-                                  seed=0, alpha=ALPHA, max_submission_bytes=MAX_SUBMISSION_BYTES, batch_size=8)
+                                  seed=0, alpha=ALPHA, max_submission_bytes=MAX_SUBMISSION_BYTES, max_batch_tokens=2048)
     answers = {}
     for i, name in enumerate(["Alpha", "Beta", "Alpha"]):  # two entries, then a replacement
         path = work / f"sub{i}.jsonl"

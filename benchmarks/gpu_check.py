@@ -137,19 +137,19 @@ def predict_check(args, tokenizer) -> tuple[dict, dict]:
     """(b) items/s of `predict` in bf16; (c) bf16 against float32 on 100 records."""
     records = load_records(args.n)
     model = random_orca(args.predict_size, tokenizer, args.device, torch.bfloat16).eval()
-    model.predict(records[:64], tokenizer, batch_size=args.batch_size)  # warm-up
+    model.predict(records[:64], tokenizer, max_batch_tokens=args.max_batch_tokens)  # warm-up
     with GpuMemory(args.device) as mem:
         started = time.perf_counter()
-        preds = model.predict(records, tokenizer, batch_size=args.batch_size)
+        preds = model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens)
         sync(args.device)
         seconds = time.perf_counter() - started
     assert len(preds) == len(records)
     scoring = dict(size=args.predict_size, dtype="bfloat16", records=len(records), items_per_s=len(records) / seconds,
                    seconds=seconds, gpu_peak_mib=mem.peak_mib)  # fmt: skip
     few = records[: args.compare_n]
-    low = torch.tensor([p["mean"] for p in model.predict(few, tokenizer, batch_size=args.batch_size)])
+    low = torch.tensor([p["mean"] for p in model.predict(few, tokenizer, max_batch_tokens=args.max_batch_tokens)])
     model = model.float()  # the same weights (bf16 values) in float32
-    high = torch.tensor([p["mean"] for p in model.predict(few, tokenizer, batch_size=args.batch_size)])
+    high = torch.tensor([p["mean"] for p in model.predict(few, tokenizer, max_batch_tokens=args.max_batch_tokens)])
     diff = (low - high).abs()
     compare = dict(records=len(few), max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()),
                    spread_float32=float(high.max() - high.min()), scale="rating 1-5 (predict's mean)")  # fmt: skip
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--train-n", type=int, default=6034, help="MMAR training answers the batches come from")
     p.add_argument("--n", type=int, default=10_000, help="EVOUNA-NQ records scored in (b)")
     p.add_argument("--compare-n", type=int, default=100, help="records of the bf16 / float32 comparison (c)")
-    p.add_argument("--batch-size", type=int, default=64, help="predict's batch_size (its token budget is 256 x this)")
+    p.add_argument("--max-batch-tokens", type=int, default=16384, help="predict's max_batch_tokens (default: %(default)s)")
     p.add_argument("--train-size", default="llama1b", choices=SIZES)
     p.add_argument("--predict-size", default="llama3b", choices=SIZES)
     p.add_argument("--mixed-precision", default="bf16")
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cpu_smoke:
         args.device, args.train_size, args.predict_size = "cpu", "tiny", "tiny"
-        args.train_steps, args.warmup, args.train_n, args.n, args.compare_n, args.batch_size = 3, 1, 64, 40, 20, 8
+        args.train_steps, args.warmup, args.train_n, args.n, args.compare_n, args.max_batch_tokens = 3, 1, 64, 40, 20, 2048
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run on a GPU machine, or --cpu-smoke for the CPU check")
 

@@ -14,11 +14,23 @@ from dataset_builder.files import write_text_atomic
 PREDICTION_FIELDS = ("benchmark", "question_id", "answerer", "modality", "category")
 
 
-def evaluate_records(model, tokenizer, records: list[dict], batch_size: int, show_progress: bool = False) -> tuple[list[dict], dict]:
-    """Predictions of `model` on `records` and their metrics against the records' ratings."""
+def run_batch_tokens(model, cfg: dict) -> int:
+    """`predict`'s max_batch_tokens for a run's evaluations: training.per_device_batch_size x 256 tokens, at most the
+    model's cpu_batch_tokens on the CPU, which is what `predict(batch_size=per_device_batch_size)` gave before
+    `batch_size` was named for what it is, so a run's scores stay as they were (16: predict's default, 4,096)."""
+    from modeling_orca import TOKENS_PER_BATCH_SIZE_UNIT
+
+    budget = cfg["training"]["per_device_batch_size"] * TOKENS_PER_BATCH_SIZE_UNIT
+    return min(budget, model.cpu_batch_tokens) if model.device.type == "cpu" else budget
+
+
+def evaluate_records(model, tokenizer, records: list[dict], *, max_batch_tokens: int | None = None,
+                     show_progress: bool = False) -> tuple[list[dict], dict]:
+    """Predictions of `model` on `records` (`max_batch_tokens`: predict's; None: its default) and their metrics
+    against the records' ratings."""
     from eval_suite.metrics import prediction_metrics
 
-    preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=show_progress)
+    preds = model.predict(records, tokenizer, max_batch_tokens=max_batch_tokens, show_progress=show_progress)
     return preds, prediction_metrics(preds, [r["ratings"] for r in records])
 
 
@@ -43,7 +55,8 @@ def choose_clamping(config, dev_records: list[dict], dev_preds: list[dict]) -> d
     }
 
 
-def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: list[dict], batch_size: int) -> tuple[list[dict], dict]:
+def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: list[dict], *,
+                       max_batch_tokens: int | None = None) -> tuple[list[dict], dict]:
     """Fit the affine calibration of the head on dev (eval_suite.calibration), fold it into `final`'s head and keep
     it only where it raises the dev objective the clamping uses (rho + tau - MAE). Returns the dev predictions of
     the model as it is left and the record for metrics.json."""
@@ -65,7 +78,7 @@ def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: lis
     head = final.score_head
     saved = head.weight.detach().clone(), head.bias.detach().clone()
     fold_into_head(final, temperature, shift)
-    calibrated_preds, _ = evaluate_records(final, tokenizer, dev_records, batch_size)
+    calibrated_preds, _ = evaluate_records(final, tokenizer, dev_records, max_batch_tokens=max_batch_tokens)
     before, after = summary(dev_preds), summary(calibrated_preds)
     kept = before["objective"] is not None and after["objective"] is not None and after["objective"] > before["objective"]
     if not kept:
@@ -77,13 +90,14 @@ def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: lis
     return (calibrated_preds if kept else dev_preds), record
 
 
-def choose_reference_mode(final, tokenizer, dev_records: list[dict], batch_size: int) -> tuple[list[dict], dict]:
+def choose_reference_mode(final, tokenizer, dev_records: list[dict], *,
+                          max_batch_tokens: int | None = None) -> tuple[list[dict], dict]:
     """Score dev with all aliases joined and with the best single alias; keep the mode with the higher Spearman.
     Returns its dev predictions and the record for metrics.json."""
     modes = {}
     for mode in ("join", "max"):
         final.config.reference_mode = mode
-        modes[mode] = evaluate_records(final, tokenizer, dev_records, batch_size)
+        modes[mode] = evaluate_records(final, tokenizer, dev_records, max_batch_tokens=max_batch_tokens)
     spearman = {m: modes[m][1]["spearman"] for m in modes}
     final.config.reference_mode = max(modes, key=lambda m: -math.inf if spearman[m] is None else spearman[m])
     return modes[final.config.reference_mode][0], {"reference_mode_dev_spearman": spearman,
@@ -113,22 +127,22 @@ def final_evaluation(final, tokenizer, cfg: dict, dev_records: list[dict], test_
     baselines. Returns (the results for metrics.json, the test predictions)."""
     from eval_suite.metrics import baseline_metrics
 
-    bs = cfg["training"]["per_device_batch_size"]
+    tokens = run_batch_tokens(final, cfg)
     results: dict = {"test": {}}
     dev_preds = None
     if cfg["test"]["compare_reference_modes"] and "reference" in final.config.template_fields:
-        dev_preds, modes = choose_reference_mode(final, tokenizer, dev_records, bs)
+        dev_preds, modes = choose_reference_mode(final, tokenizer, dev_records, max_batch_tokens=tokens)
         results.update(modes)
     final.config.clamp = False  # scored unclamped; the clamping is chosen on dev below
     if dev_preds is None:
-        dev_preds, _ = evaluate_records(final, tokenizer, dev_records, bs)
+        dev_preds, _ = evaluate_records(final, tokenizer, dev_records, max_batch_tokens=tokens)
     if cfg["test"]["calibration"]:
-        dev_preds, cal = choose_calibration(final, tokenizer, dev_records, dev_preds, bs)
+        dev_preds, cal = choose_calibration(final, tokenizer, dev_records, dev_preds, max_batch_tokens=tokens)
         results["calibration"] = cal
         print(f"calibration on dev: T = {cal['temperature']:.3f}, shift = {cal['shift']:+.3f}, MAE [0, 1] "
               f"{cal['dev']['uncalibrated']['mae']:.4f} -> {cal['dev']['calibrated']['mae']:.4f}, "
               + ("kept" if cal["enabled"] else "not kept (the dev objective did not rise)"))
-    test_preds, results["test"]["orca"] = evaluate_records(final, tokenizer, test_records, bs, show_progress=True)
+    test_preds, results["test"]["orca"] = evaluate_records(final, tokenizer, test_records, max_batch_tokens=tokens, show_progress=True)
     results["clamping"] = choose_clamping(final.config, dev_records, dev_preds)
     if test_preds[0]["variance"] is not None:
         # beside results["test"], whose entries other than "orca" are baselines
@@ -157,7 +171,7 @@ def out_of_domain(final, tokenizer, cfg: dict, test_records: list[dict], test_pr
 
     d = cfg["data"]
     ood = ood_evaluation(final, tokenizer, data_dir=d["data_dir"], fold=d["fold"], seed=d["seed"],
-                         batch_size=cfg["training"]["per_device_batch_size"], bootstrap=cfg["test"].get("ood_bootstrap", 1000),
+                         max_batch_tokens=run_batch_tokens(final, cfg), bootstrap=cfg["test"].get("ood_bootstrap", 1000),
                          in_domain=(test_records, test_preds), keep_predictions=True,
                          max_items=cfg["test"].get("ood_max_items"))
     lines = [json.dumps({"set": set_name, **pred}) + "\n" for set_name, preds in ood.pop("predictions").items() for pred in preds]
@@ -174,7 +188,7 @@ def probe_suite(final, tokenizer, cfg: dict) -> dict | None:
         return None
     from eval_suite.probes import probe_accuracy
 
-    summary = probe_accuracy(final, tokenizer, batch_size=cfg["training"]["per_device_batch_size"])
+    summary = probe_accuracy(final, tokenizer, max_batch_tokens=run_batch_tokens(final, cfg))
     failures = summary.pop("failures")
     print(f"\nprobes: {summary['passed']}/{summary['n']} = {summary['accuracy']:.3f}")
     return {**summary, "failed_ids": [row["id"] for row in failures]}

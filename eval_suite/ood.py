@@ -74,10 +74,10 @@ def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baseli
     return out
 
 
-def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int = 0, batch_size: int = 16,
+def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int = 0, max_batch_tokens: int | None = None,
                    in_domain: tuple[list[dict], list[dict]] | None = None, baselines=OOD_BASELINES,
                    bootstrap: int = 1000, show_progress: bool = False, keep_predictions: bool = False,
-                   max_items: int | None = None) -> dict:
+                   max_items: int | None = None, batch_size: int | None = None) -> dict:
     """Score the out-of-domain sets (``dataset_builder.configs.ood_sets``) with ``model.predict`` and compare with
     the baselines; ``in_domain`` = (test records, their ``predict`` outputs) already scored is put first, as
     ``in_domain_test``. ORCA appears as ``orca`` (the predicted mean), for heads with a distribution as
@@ -86,7 +86,8 @@ def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int 
     against the score users get (``reference``: ``orca_clamped`` where the config clamps, else ``orca``).
     ``keep_predictions`` adds ``predictions``: per out-of-domain set, one {id, ratings, mean, variance, probs,
     score} per record, in order. ``max_items``: score a seeded sample of at most this many items of each
-    out-of-domain set (kept in order; the sizes are in the result's ``n``)."""
+    out-of-domain set (kept in order; the sizes are in the result's ``n``). ``max_batch_tokens`` goes to
+    ``predict`` (None: its default); ``batch_size`` is ``predict``'s deprecated one (batch_size x 256 tokens)."""
     from dataset_builder.configs import ood_sets
     from modeling_orca import unit_to_rating
 
@@ -108,7 +109,8 @@ def ood_evaluation(model, tokenizer, *, data_dir=None, fold: int = 0, seed: int 
         if max_items and len(records) > max_items:
             keep = set(np.random.default_rng([seed, len(records)]).choice(len(records), max_items, replace=False).tolist())
             records = [r for i, r in enumerate(records) if i in keep]
-        preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=show_progress)
+        budget = {"max_batch_tokens": max_batch_tokens} if batch_size is None else {"batch_size": batch_size}
+        preds = model.predict(records, tokenizer, **budget, show_progress=show_progress)
         sets[name] = (records, statistics(preds))
         kept[name] = [{"id": r["id"], "ratings": r["ratings"], "mean": p["mean"], "variance": p["variance"],
                        "probs": p["probs"], "score": p["score"]} for r, p in zip(records, preds)]

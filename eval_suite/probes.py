@@ -82,9 +82,12 @@ def probe_passes(mean: float, expected: str) -> bool:
     return mean > midpoint if expected == "right" else mean < midpoint
 
 
-def score_probes(model, tokenizer, records: list[dict], batch_size: int = 16) -> list[dict]:
-    """One row per probe, in input order: id, labels, question, reference, candidate, predicted mean, passed."""
-    predictions = model.predict(records, tokenizer, batch_size=batch_size)
+def score_probes(model, tokenizer, records: list[dict], max_batch_tokens: int | None = None, *,
+                 batch_size: int | None = None) -> list[dict]:
+    """One row per probe, in input order: id, labels, question, reference, candidate, predicted mean, passed.
+    `max_batch_tokens` goes to `predict` (None: its default); `batch_size` is its deprecated one (x 256 tokens)."""
+    budget = {"max_batch_tokens": max_batch_tokens} if batch_size is None else {"batch_size": batch_size}
+    predictions = model.predict(records, tokenizer, **budget)
     rows = []
     for record, prediction in zip(records, predictions, strict=True):
         found = labels(record)
@@ -119,7 +122,9 @@ def summarise(rows: list[dict]) -> dict:
             "failures": [row for row in rows if not row["passed"]]}
 
 
-def probe_accuracy(model, tokenizer, records: list[dict] | None = None, batch_size: int = 16) -> dict:
-    """The probe suite's summary (`summarise`) for a loaded ORCA model; `records` default: `load_probes()`."""
+def probe_accuracy(model, tokenizer, records: list[dict] | None = None, max_batch_tokens: int | None = None, *,
+                   batch_size: int | None = None) -> dict:
+    """The probe suite's summary (`summarise`) for a loaded ORCA model; `records` default: `load_probes()`;
+    `max_batch_tokens` and the deprecated `batch_size` as in `score_probes`."""
     records = load_probes() if records is None else records
-    return summarise(score_probes(model, tokenizer, records, batch_size=batch_size))
+    return summarise(score_probes(model, tokenizer, records, max_batch_tokens, batch_size=batch_size))

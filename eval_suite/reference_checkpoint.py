@@ -280,7 +280,7 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
 
     records = REFERENCE_EDGE_RECORDS
     want = reference_predictions(causal, tokenizer, weight, bias, ref_head, records)
-    got = [reference_fields(p, config) for p in model.predict(records, tokenizer, batch_size=len(records))]
+    got = [reference_fields(p, config) for p in model.predict(records, tokenizer)]
     worst = compare_with_reference(want, got)
     if worst > 1e-5:
         raise ConversionError(f"the converted model's scores differ from the reference computation by {worst:.2e} "

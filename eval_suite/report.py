@@ -49,7 +49,7 @@ from eval_suite.tables import markdown_table
 __all__ = ["build_parser", "build_report", "main", "ood_evaluation", "ood_markdown"]
 
 
-def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int, device=None, dtype=None) -> dict:
+def ood_for_runs(runs: list[Run], max_batch_tokens: int | None, out: Path, bootstrap: int, device=None, dtype=None) -> dict:
     """orca-eval --ood: each run's final/ model on the out-of-domain sets of its own fold."""
     from eval_suite.loading import load_model
 
@@ -65,7 +65,7 @@ def ood_for_runs(runs: list[Run], batch_size: int, out: Path, bootstrap: int, de
             in_domain = (test_records_of(run, test), test)
         model, tokenizer = load_model(str(run.path / "final"), device=device, dtype=dtype)
         results[run.name] = ood_evaluation(model, tokenizer, data_dir=d.get("data_dir"), fold=d.get("fold") or 0,
-                                           seed=d.get("seed") or 0, batch_size=batch_size, in_domain=in_domain,
+                                           seed=d.get("seed") or 0, max_batch_tokens=max_batch_tokens, in_domain=in_domain,
                                            bootstrap=bootstrap)
         del model
         make_calibration_plot(results[run.name], out / f"calibration_{slug(run.name)}.png", run.name)
@@ -79,7 +79,7 @@ def build_report(args) -> dict:
         if names.count(r.name) > 1:  # two folders with one name: use the path given
             r.name = str(r.path)
     notes: list[str] = []
-    results = score_results(runs, [Path(p) for p in args.test_file], args.baselines, args.batch_size, notes,
+    results = score_results(runs, [Path(p) for p in args.test_file], args.baselines, args.max_batch_tokens, notes,
                             getattr(args, "device", "auto"), getattr(args, "dtype", "auto"))
     test_sets = list(dict.fromkeys(r.test_set for r in results))
     by_system = systems(results, runs)
@@ -102,7 +102,7 @@ def build_report(args) -> dict:
     run_rows = [[r.name, str(r.path), r.config["model"].get("score_type"), r.fold, curriculum(r.config)] for r in runs]
     md = ["# ORCA evaluation report", "", markdown_table(["run", "path", "head", "fold", "curriculum"], run_rows), ""]
     md += [t.markdown() for t in tables]
-    ood = ood_for_runs(runs, args.batch_size, out, args.bootstrap, args.device, args.dtype) if getattr(args, "ood", False) else {}
+    ood = ood_for_runs(runs, args.max_batch_tokens, out, args.bootstrap, args.device, args.dtype) if getattr(args, "ood", False) else {}
     for name, result in ood.items():
         plots.append(f"calibration_{slug(name)}.png")
         md += [f"## Out-of-domain sets: {name}", "",
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baselines", nargs="*", default=None,
                    help="baselines beside ORCA (default: those in each run's metrics.json, or "
                         f"{' '.join(DEFAULT_BASELINES)} with --test-file)")
-    add_model_arguments(p, model=False)  # --device, --dtype, --batch-size, --quiet as in orca-score
+    add_model_arguments(p, model=False)  # --device, --dtype, --max-batch-tokens, --quiet as in orca-score
     p.add_argument("--ood", action="store_true",
                    help="also score each run's final/ model on the out-of-domain sets (EVOUNA-NQ held-out answerers, "
                         "NQ-open graded predictions, NQ-open SAS pairs) beside the in-domain test, with baselines")

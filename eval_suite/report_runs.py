@@ -166,7 +166,7 @@ def own_test(run: Run, baseline_names, notes: list[str]) -> Result:
     return make_result(run, test_set, data_key, records, preds, baselines)
 
 
-def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch_size: int, notes: list[str],
+def score_results(runs: list[Run], test_files: list[Path], baseline_names, max_batch_tokens: int | None, notes: list[str],
                   device: str = "auto", dtype: str = "auto") -> list[Result]:
     if not test_files:
         return [own_test(run, baseline_names, notes) for run in runs]
@@ -182,7 +182,7 @@ def score_results(runs: list[Run], test_files: list[Path], baseline_names, batch
             raise ReportError(f"{run.path}: no final/ model folder to score --test-file with")
         model, tokenizer = load_model(str(run.path / "final"), device=device, dtype=dtype)
         for path, records in tests.items():
-            preds = model.predict(records, tokenizer, batch_size=batch_size)
+            preds = model.predict(records, tokenizer, max_batch_tokens=max_batch_tokens)
             results.append(make_result(run, path.stem, str(path.resolve()), records, preds, base[path]))
         del model
     return results

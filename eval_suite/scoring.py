@@ -34,7 +34,7 @@ class ScoreOptions:
     revision: str | None = None  # Hub branch, tag or commit (ignored for a folder)
     device: str = "auto"  # "auto": the GPU when there is one
     dtype: str = "auto"  # auto, float32, bfloat16, float16
-    batch_size: int = 16  # a forward pass holds about N x 256 tokens
+    max_batch_tokens: int | None = None  # tokens per forward pass, padding included (None: the model's, 4,096)
     quiet: bool = False  # no progress bar (the CLI also silences the libraries' logging)
     input: Path  # JSONL records
     output: Path  # JSONL, one line per non-blank input line
@@ -212,7 +212,7 @@ def reference_line(line: dict, config, clamped: bool) -> dict:
 # ------------------------------------------------------------------------------------------------ clamping
 
 
-def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
+def tune_threshold(model, tokenizer, path: Path, max_batch_tokens: int | None) -> dict:
     """Variance threshold maximising rho + tau - MAE on a labelled dev file (variances on the 1-5 scale, the
     scale `predict` compares `clamp_threshold` with)."""
     from dataset_builder.readers import read_records
@@ -227,7 +227,7 @@ def tune_threshold(model, tokenizer, path: Path, batch_size: int) -> dict:
         raise UsageError(f"--tune-clamp-on {path}: needs at least 2 records with ratings, found {len(records)}")
     if not head_for(model.config).has_variance:
         raise UsageError(f"--tune-clamp-on: a {model.config.score_type} head predicts no variance, so there is nothing to clamp on")
-    preds = model.predict(records, tokenizer, batch_size=batch_size)  # unclamped: config.clamp was switched off
+    preds = model.predict(records, tokenizer, max_batch_tokens=max_batch_tokens)  # unclamped: config.clamp was switched off
     try:
         tuned = tune_on_predictions(preds, [sum(r["ratings"]) / len(r["ratings"]) for r in records],
                                     margin=model.config.clamp_margin)
@@ -252,7 +252,7 @@ def resolve_clamp(options: ScoreOptions, model, tokenizer, config_clamp: bool) -
     config = model.config
     info: dict = {"margin": config.clamp_margin}
     if options.tune_clamp_on:
-        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(options.tune_clamp_on), options.batch_size))
+        info.update(mode="tuned", **tune_threshold(model, tokenizer, Path(options.tune_clamp_on), options.max_batch_tokens))
         return info["threshold"], info, []
     mode = options.clamp
     if mode == "config":  # default: whatever the checkpoint was saved with
@@ -288,7 +288,7 @@ def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer
         for begin in range(start, len(entries), options.chunk_size):
             chunk = entries[begin : begin + options.chunk_size]
             valid = [e.record for e in chunk if e.record is not None]
-            preds = iter(model.predict(valid, tokenizer, batch_size=options.batch_size, clamp_threshold=threshold) if valid else [])
+            preds = iter(model.predict(valid, tokenizer, max_batch_tokens=options.max_batch_tokens, clamp_threshold=threshold) if valid else [])
             sharding.write_chunk(fh, [output_line(e, next(preds) if e.record is not None else None) for e in chunk])
             bar.update(len(chunk))
     bar.close()
@@ -296,7 +296,7 @@ def score_entries(entries: list[Entry], path: Path, start: int, model, tokenizer
 
 def produced_by(options: ScoreOptions, revision_id: str, threshold, clamp_margin: float, count: int) -> dict:
     """What a partial file's lines depend on; `--resume` refuses a partial file produced otherwise. Not the device
-    or batch size, which may change between a crash and its resume (out of memory) without changing a score."""
+    or token budget per batch, which may change between a crash and its resume (out of memory) without changing a score."""
     return {"model": str(options.model), "revision": revision_id, "dtype": options.dtype, "clamp_threshold": threshold,
             "clamp_margin": clamp_margin, "output_format": options.output_format,
             "input_sha256": sha256_of(options.input), "processes": count}
@@ -370,8 +370,8 @@ def score_file(options: ScoreOptions, warn=_print_warning) -> tuple[dict, list[s
                  "--output (its partial file)": sharding.shard_path(Path(options.output), 0, 1)})
     if options.tune_clamp_on and options.clamp != "config":
         raise UsageError("--tune-clamp-on chooses the clamp threshold: do not combine it with --clamp")
-    if options.batch_size < 1 or options.chunk_size < 1:
-        raise UsageError("--batch-size and --chunk-size must be >= 1")
+    if (options.max_batch_tokens is not None and options.max_batch_tokens < 1) or options.chunk_size < 1:
+        raise UsageError("--max-batch-tokens and --chunk-size must be >= 1")
     state = process_state()
     rank, count = state.process_index, state.num_processes
     entries, blank = read_entries(options.input, options.on_error)

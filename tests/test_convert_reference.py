@@ -138,7 +138,7 @@ def test_converted_checkpoint_gives_the_reference_numbers_on_every_edge_record(s
     assert not any("lora" in k or "lm_head" in k for k in model.state_dict())
     assert [model.format_input(r) for r in REFERENCE_EDGE_RECORDS] == [release_text(r) for r in REFERENCE_EDGE_RECORDS]
     tokenizer = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
-    got = [as_reference(p) for p in model.predict(REFERENCE_EDGE_RECORDS, tokenizer, batch_size=4)]
+    got = [as_reference(p) for p in model.predict(REFERENCE_EDGE_RECORDS, tokenizer, max_batch_tokens=1024)]
     want = reference_math(src, base_lm, lora, score_type, REFERENCE_EDGE_RECORDS)
     for record, g, w in zip(REFERENCE_EDGE_RECORDS, got, want):
         for key in ("rating_orca", "variance_orca"):
@@ -147,7 +147,7 @@ def test_converted_checkpoint_gives_the_reference_numbers_on_every_edge_record(s
 
     # the switch matters on these records: stripped fields give other numbers
     model.config.strip_fields = True
-    stripped = [as_reference(p) for p in model.predict(REFERENCE_EDGE_RECORDS, tokenizer, batch_size=4)]
+    stripped = [as_reference(p) for p in model.predict(REFERENCE_EDGE_RECORDS, tokenizer, max_batch_tokens=1024)]
     changed = {r["id"] for r, s, w in zip(REFERENCE_EDGE_RECORDS, stripped, want) if abs(s["rating_orca"] - w["rating_orca"]) > 1e-4}
     assert {"spaces", "tabs-newlines", "unicode"} <= changed
 

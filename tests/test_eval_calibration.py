@@ -114,8 +114,8 @@ def test_calibration_is_kept_where_it_helps_dev_and_undone_exactly_where_it_does
     order = np.argsort([p["mean"] for p in model.predict(records, tokenizer)])
     for rank, i in enumerate(order):
         records[i]["ratings"] = [5, 5, 5] if rank >= 20 else [3, 4, 5]
-    dev_preds, _ = evaluate_records(model, tokenizer, records, 16)
-    preds, record = choose_calibration(model, tokenizer, records, dev_preds, 16)
+    dev_preds, _ = evaluate_records(model, tokenizer, records)
+    preds, record = choose_calibration(model, tokenizer, records, dev_preds)
     assert record["enabled"] and record["dev"]["calibrated"]["mae"] < record["dev"]["uncalibrated"]["mae"] - 0.2
     assert record["dev"]["calibrated"]["nll"] < record["dev"]["uncalibrated"]["nll"]
     assert record["dev"]["calibrated"]["spearman"] == pytest.approx(record["dev"]["uncalibrated"]["spearman"])
@@ -124,8 +124,8 @@ def test_calibration_is_kept_where_it_helps_dev_and_undone_exactly_where_it_does
     # a map that pulls towards 1 is worse on dev: refused, the head as it was, bit for bit
     head = {k: v.clone() for k, v in model.score_head.state_dict().items()}
     monkeypatch.setattr(calibration, "fit_affine", lambda *a, **k: (1.0, -2.0))
-    dev_preds, _ = evaluate_records(model, tokenizer, records, 16)
-    preds, record = choose_calibration(model, tokenizer, records, dev_preds, 16)
+    dev_preds, _ = evaluate_records(model, tokenizer, records)
+    preds, record = choose_calibration(model, tokenizer, records, dev_preds)
     assert not record["enabled"] and preds is dev_preds
     for k, v in model.score_head.state_dict().items():
         assert torch.equal(v, head[k])

@@ -95,7 +95,7 @@ def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir
     lines = make_lines(10, 0) + make_lines(4, 1, labelled=False)
     random.Random(2).shuffle(lines)
     inp = write_jsonl(tmp_path / "in.jsonl", lines[:7] + [""] + lines[7:])  # a blank line is counted, not output
-    summary = score(model_dir, inp, tmp_path / "out.jsonl", "--batch-size", "3", "--chunk-size", "5", "--clamp", "off")
+    summary = score(model_dir, inp, tmp_path / "out.jsonl", "--max-batch-tokens", "768", "--chunk-size", "5", "--clamp", "off")
 
     out = read_jsonl(tmp_path / "out.jsonl")
     assert [o["id"] for o in out] == [x["id"] for x in lines]
@@ -186,7 +186,7 @@ def test_answers_sorted_by_system_are_scored_question_by_question_in_input_order
         real_write(fh, chunk)
 
     monkeypatch.setattr(sharding, "write_chunk", spy)
-    score(model_dir, inp, tmp_path / "out.jsonl", "--chunk-size", "6", "--batch-size", "4", "--clamp", "off")
+    score(model_dir, inp, tmp_path / "out.jsonl", "--chunk-size", "6", "--max-batch-tokens", "1024", "--clamp", "off")
     # each chunk (one predict call) holds whole questions; file order would give one system per chunk, nothing shared
     assert written[:2] == [["A-0", "B-0", "C-0", "A-1", "B-1", "C-1"], ["A-2", "B-2", "C-2", "A-3", "B-3", "C-3"]]
     assert written[2] == [x["id"] for x in lines]  # the merged output, in input order
@@ -302,7 +302,7 @@ def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
 
 def test_resume_after_interruption_has_no_gaps_or_duplicates(tmp_path, model_dir, monkeypatch):
     inp = write_jsonl(tmp_path / "in.jsonl", by_system(5, "ABCD", 8))  # chunks of 4: one question each
-    args = ["--chunk-size", "4", "--batch-size", "4"]
+    args = ["--chunk-size", "4", "--max-batch-tokens", "1024"]
     score(model_dir, inp, tmp_path / "straight.jsonl", *args)
 
     out = tmp_path / "out.jsonl"
@@ -427,13 +427,31 @@ def test_model_flags_are_shared_with_visible_defaults_and_help_lists_the_input_f
 
     for parser in (cli.build_parser(), report.build_parser()):
         text = parser.format_help()
-        for flag in ("--device", "--dtype", "--batch-size", "--quiet"):
+        for flag in ("--device", "--dtype", "--max-batch-tokens", "--batch-size", "--quiet"):
             assert flag in text, (parser.prog, flag)
-        assert "(default: auto = the GPU" in text and "(default: 16)" in text
+        assert "(default: auto = the GPU" in text and "(default: the model's, 4,096)" in text
     text = " ".join(cli.build_parser().format_help().split())
     for words in ("required id (unique string), question, reference", "optional rationale", "ratings",
                   'example {"id": "q1-a"', "--output-format"):
         assert words in text, words
+
+
+def test_the_deprecated_batch_size_flag_is_its_token_budget_and_says_so_once(tmp_path, model_dir, capsys):
+    """Issue 50: --batch-size N never counted inputs (N x 256 tokens); it stays for a release as an alias of
+    --max-batch-tokens N x 256, with one deprecation line on stderr, and scores exactly as that."""
+    inp = write_jsonl(tmp_path / "in.jsonl", make_lines(8, 3))
+    new = score(model_dir, inp, tmp_path / "new.jsonl", "--max-batch-tokens", "768", "--clamp", "off")
+    assert "deprecated" not in capsys.readouterr().err
+    old = score(model_dir, inp, tmp_path / "old.jsonl", "--batch-size", "3", "--clamp", "off")
+    err = capsys.readouterr().err
+    assert [x for x in err.splitlines() if "deprecated" in x] == [
+        "warning: --batch-size is deprecated (it never counted inputs: N x 256 tokens); use --max-batch-tokens 768"]
+    assert read_jsonl(tmp_path / "old.jsonl") == read_jsonl(tmp_path / "new.jsonl")
+    assert old["config"]["args"]["max_batch_tokens"] == new["config"]["args"]["max_batch_tokens"] == 768
+    assert cli.build_parser().parse_args(["--model", "m", "--input", "i", "--output", "o"]).max_batch_tokens is None
+    for flags in (["--batch-size", "3", "--max-batch-tokens", "768"], ["--max-batch-tokens", "0"], ["--batch-size", "0"]):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["--model", "m", "--input", "i", "--output", "o", *flags])
 
 
 def test_system_line_without_ratings_and_quiet_silences_libraries(tmp_path, model_dir, capfd):

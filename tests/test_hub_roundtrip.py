@@ -25,7 +25,7 @@ for folder in sys.argv[1].split(","):
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     assert type(config).__name__ == "OrcaConfig", type(config)
     assert "transformers_modules" in type(model).__module__, type(model).__module__
-    out[folder] = model.predict(records, tokenizer, batch_size=2)
+    out[folder] = model.predict(records, tokenizer, max_batch_tokens=512)
 # every file of the model came from the saved folders (transformers_modules), none from the repository
 repo_modules = {"modeling_orca", "configuration_orca", "heads_orca", "processing_orca", "packing_orca"} & set(sys.modules)
 assert not repo_modules, repo_modules
@@ -55,7 +55,7 @@ def test_round_trip_through_automodel_in_fresh_process(tmp_path, smollm2_tokeniz
                 "AutoModel": "modeling_orca.OrcaForCorrectnessDistribution",
             }
             assert not list(folder.glob("*.bin")) and (folder / "model.safetensors").exists()
-            expected[str(folder)] = model.predict(RECORDS, tokenizer, batch_size=2)
+            expected[str(folder)] = model.predict(RECORDS, tokenizer, max_batch_tokens=512)
             folders.append(str(folder))
     # a clean process whose cwd is not the repository: the code must come from the saved folder
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH="", HF_MODULES_CACHE=str(tmp_path / "modules"))
@@ -108,7 +108,7 @@ def test_from_backbone_on_real_backbones(tmp_path, shared_data):
         reference = AutoModel.from_pretrained(path)
         name, weight = next(iter(reference.state_dict().items()))
         torch.testing.assert_close(model.backbone.state_dict()[name], weight)
-        preds = model.predict(records, tokenizer, batch_size=4)
+        preds = model.predict(records, tokenizer, max_batch_tokens=1024)
         assert len(preds) == len(records)
         assert all(1 <= p["mean"] <= 5 and abs(sum(p["probs"]) - 1) < 1e-4 for p in preds)
         model.save_pretrained(tmp_path / path.name)

@@ -65,7 +65,7 @@ class FakeOrca:
     def __init__(self, bernoulli=False):
         self.bernoulli, self.records = bernoulli, []
 
-    def predict(self, records, tokenizer, batch_size=16, show_progress=False, clamp_threshold=None):
+    def predict(self, records, tokenizer, *, max_batch_tokens=None, show_progress=False, clamp_threshold=None):
         self.records += records
         out = []
         for r in records:

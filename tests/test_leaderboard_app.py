@@ -34,7 +34,7 @@ JUDGE = {"id": "fake-judge", "revision": "r1", "score_type": "multinomial", "cla
 
 def settings(**over) -> argparse.Namespace:
     base = dict(uncertainty_threshold=1.0, doubtful_threshold=None, doubtful_top=50, bootstrap=200, seed=0,
-                alpha=ALPHA, max_submission_bytes=MAX_SUBMISSION_BYTES, batch_size=16)
+                alpha=ALPHA, max_submission_bytes=MAX_SUBMISSION_BYTES, max_batch_tokens=None)
     return argparse.Namespace(**{**base, **over})
 
 

@@ -78,7 +78,7 @@ def test_predict_leaves_the_model_as_it_was(kind, attn, share, smollm2_tokenizer
     model.train()
     model.backbone.layers[0].eval()  # a mixed train/eval state comes back as it was, not as all-train
     before = snapshot(model)
-    preds = model.predict(RECORDS, smollm2_tokenizer, batch_size=1, share_prefix=share)
+    preds = model.predict(RECORDS, smollm2_tokenizer, max_batch_tokens=256, share_prefix=share)
     assert len(preds) == len(RECORDS)
     assert_same_state(before, snapshot(model))
 

@@ -276,7 +276,7 @@ def test_head_initialisation_leaves_backbone_alone(smollm2_tokenizer):
 def test_predict_restores_order_and_matches_forward(smollm2_tokenizer):
     model = tiny_model("llama", "beta", len(smollm2_tokenizer))
     records = [dict(RECORD, id=str(i), candidate="word " * (i * 7 % 11 + 1), ratings=[1 + i % 5]) for i in range(9)]
-    preds = model.predict(records, smollm2_tokenizer, batch_size=4)
+    preds = model.predict(records, smollm2_tokenizer, max_batch_tokens=1024)
     assert len(preds) == len(records)
     for record, pred in zip(records, preds):
         enc = smollm2_tokenizer([model.format_input(record)], return_tensors="pt")

@@ -62,8 +62,8 @@ def test_shared_prefix_equals_plain_scoring_on_tiny_decoders(kind, smollm2_token
     model = tiny(kind, len(smollm2_tokenizer))
     assert model.prefix_sharing_supported
     recs = records()
-    shared = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=True)
-    plain = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=False)
+    shared = model.predict(recs, smollm2_tokenizer, max_batch_tokens=512, share_prefix=True)
+    plain = model.predict(recs, smollm2_tokenizer, max_batch_tokens=512, share_prefix=False)
     assert_same(shared, plain)
     assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
 
@@ -72,9 +72,9 @@ def test_shared_prefix_with_a_template_suffix_equals_one_by_one_scoring(smollm2_
     # the suffix is the last text of every input, after each answer: sharing must not move or drop it
     model = tiny("gemma3", len(smollm2_tokenizer), template_suffix="\nIs the candidate answer correct? Answer:")
     recs = records()
-    shared = model.predict(recs, smollm2_tokenizer, batch_size=2, share_prefix=True)
+    shared = model.predict(recs, smollm2_tokenizer, max_batch_tokens=512, share_prefix=True)
     assert [p["mean"] for p in shared] == pytest.approx(one_by_one(model, recs, smollm2_tokenizer), abs=1e-5)
-    plain = tiny("gemma3", len(smollm2_tokenizer)).predict(recs, smollm2_tokenizer, batch_size=2)
+    plain = tiny("gemma3", len(smollm2_tokenizer)).predict(recs, smollm2_tokenizer, max_batch_tokens=512)
     assert max(abs(a["mean"] - b["mean"]) for a, b in zip(shared, plain)) > 1e-4  # the suffix is read
 
 
@@ -100,6 +100,39 @@ def test_small_rows_and_token_budgets_split_groups_exactly(smollm2_tokenizer):
     model.share_row_tokens = 40  # a question's answers over several rows
     for budget in (1, 64, 10_000):
         assert_same(model.predict(recs, smollm2_tokenizer, max_batch_tokens=budget), plain)
+
+
+def test_the_deprecated_batch_size_warns_and_equals_its_token_budget(smollm2_tokenizer, monkeypatch):
+    """Issue 50: `batch_size` was a token budget (N x 256 tokens) under a name that means a count of inputs;
+    `max_batch_tokens` is the knob, `batch_size` still works for a release with a FutureWarning, and scores
+    exactly as its budget. The defaults are as before: 4,096 tokens, on the CPU and off it."""
+    import warnings
+
+    model = tiny("llama", len(smollm2_tokenizer))
+    recs = records()
+    with pytest.warns(FutureWarning, match="max_batch_tokens") as caught:
+        old = model.predict(recs, smollm2_tokenizer, batch_size=2)
+    assert caught[0].filename == __file__  # it names the caller's line
+    assert old == model.predict(recs, smollm2_tokenizer, max_batch_tokens=512)  # identical, not just close
+    with pytest.warns(FutureWarning, match="max_batch_tokens"):
+        states, owner = model.encode(recs, smollm2_tokenizer, batch_size=2)
+    new_states, new_owner = model.encode(recs, smollm2_tokenizer, max_batch_tokens=512)
+    assert torch.equal(states, new_states) and owner == new_owner
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning without batch_size
+        assert model.predict(recs, smollm2_tokenizer) == model.predict(recs, smollm2_tokenizer, max_batch_tokens=4096)
+    with pytest.raises(ValueError, match="not both"):
+        model.predict(recs, smollm2_tokenizer, max_batch_tokens=512, batch_size=2)
+    with pytest.raises(TypeError):
+        model.predict(recs, smollm2_tokenizer, 16)  # keyword-only: a positional 16 read as inputs would mislead
+    budget = model._batch_token_budget
+    assert budget(None, None) == 4096 and budget(1000, None) == 1000
+    with pytest.warns(FutureWarning):
+        assert budget(None, 64) == model.cpu_batch_tokens == 4096  # the CPU cap, as before
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+    assert budget(None, None) == 4096 and budget(100_000, None) == 100_000
+    with pytest.warns(FutureWarning):
+        assert budget(None, 64) == 64 * 256
 
 
 def test_eager_attention_takes_an_additive_mask(smollm2_tokenizer):

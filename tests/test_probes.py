@@ -83,7 +83,7 @@ def test_bad_labels_name_file_line_and_field(tmp_path):
 class FixedMeans:
     """A stand-in judge whose predicted mean is the candidate read as a number."""
 
-    def predict(self, records, tokenizer, batch_size=16):
+    def predict(self, records, tokenizer, max_batch_tokens=None):
         return [{"mean": float(r["candidate"])} for r in records]
 
 
@@ -115,7 +115,7 @@ def test_bench_probes_end_to_end(model_dir, probes, tmp_path):
 
     out = tmp_path / "probes.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_probes.py"), "--model", str(model_dir),
-                           "--json", str(out), "--batch-size", "32"], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           "--json", str(out), "--max-batch-tokens", "8192"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"probe_accuracy=\d\.\d{3} \(\d+/\d+\) worst_type=\w+:\d\.\d{3}", last), last

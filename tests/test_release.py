@@ -169,7 +169,7 @@ def test_convert_reference_takes_a_hub_id(offline_cache, tmp_path):
     model = OrcaForCorrectnessDistribution.from_pretrained(out)
     assert model.config.clamp is False  # not a released judge: no calibrated threshold to default to
     tokenizer = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
-    got = model.predict(REFERENCE_EDGE_RECORDS, tokenizer, batch_size=4)
+    got = model.predict(REFERENCE_EDGE_RECORDS, tokenizer, max_batch_tokens=1024)
     want = reference_math(offline_cache["ref"], offline_cache["base"], False, "multinomial", REFERENCE_EDGE_RECORDS)
     for g, w in zip(got, want):
         assert (g["mean"] - 1) / 4 == pytest.approx(w["rating_orca"], abs=1e-5)

@@ -507,7 +507,7 @@ class FixedJudge:
     class config:  # noqa: N801 - mimics model.config
         rating_min, rating_max, score_type, max_chars = 1, 5, "multinomial", MAX_CHARS
 
-    def predict(self, records, tokenizer, batch_size=16, show_progress=False, clamp_threshold=None):
+    def predict(self, records, tokenizer, *, max_batch_tokens=None, show_progress=False, clamp_threshold=None):
         return [{"mean": 5.0 if r["candidate"] == r["reference"][0] else 1.0, "variance": 0.5, "probs": None,
                  "score": 0.0} for r in records]
 

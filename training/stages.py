@@ -10,7 +10,7 @@ import math
 import time
 from pathlib import Path
 
-from eval_suite.final_eval import evaluate_records
+from eval_suite.final_eval import evaluate_records, run_batch_tokens
 from training.batching import epoch_batches, micro_batch_inputs, process_share
 from training.checkpoints import (
     StageProgress,
@@ -98,10 +98,10 @@ def train_step(accelerator, model, global_batch: list[int], inputs: dict, micro:
     return accelerator.reduce(loss_sum, "sum").item() / len(global_batch)
 
 
-def evaluate_dev(accelerator, model, tokenizer, inputs: dict, progress: StageProgress, batch_size: int, best_dir: Path) -> dict:
+def evaluate_dev(accelerator, model, tokenizer, inputs: dict, progress: StageProgress, max_batch_tokens: int, best_dir: Path) -> dict:
     """Every process scores the dev sample on the same weights (a sharded model needs them all); the main process's
     figures decide, so the best step (saved to `best_dir`) is the same everywhere."""
-    _, dev = evaluate_records(unwrap_orca(model), tokenizer, inputs["dev"], batch_size)
+    _, dev = evaluate_records(unwrap_orca(model), tokenizer, inputs["dev"], max_batch_tokens=max_batch_tokens)
     dev = main_process_value(accelerator, dev)
     model.train()
     improved = progress.stopper.update(dev["spearman"])
@@ -123,6 +123,7 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
     accelerator.free_memory()  # forget the previous stage's model, optimizer and scheduler (save_state saves all)
     # the scheduler steps once per optimiser step (Accelerator(step_scheduler_with_optimizer=False))
     prepared_model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    eval_tokens = run_batch_tokens(unwrap_orca(model), cfg)  # the dev evaluations' token budget, on the model's device
     progress = StageProgress(name, t["patience"])
     stage_dir = run_dir / "checkpoints" / name
     if resume:
@@ -162,7 +163,7 @@ def train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir: 
             if state["step"] % t["log_every"] == 0:
                 log({"stage": name, "step": state["step"], "loss": step_loss, "lr": scheduler.get_last_lr()[0]})
             if state["step"] % t["eval_every"] == 0 or state["step"] == max_steps:
-                evaluation = evaluate_dev(accelerator, prepared_model, tokenizer, inputs, progress, micro, stage_dir / "best")
+                evaluation = evaluate_dev(accelerator, prepared_model, tokenizer, inputs, progress, eval_tokens, stage_dir / "best")
                 last_rho = evaluation["dev"]["spearman"]
                 log({"stage": name, "step": state["step"], **evaluation})
             if state["step"] % (t["checkpoint_every"] or t["eval_every"]) == 0:
@@ -219,12 +220,12 @@ def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, re
             log({"event": "stage_start", "stage": name, "counts": counts})
             summary = train_stage(name, stage, data, model, tokenizer, cfg, accelerator, run_dir, interrupted, log)
             summary["counts"] = counts
-            bs, k = t["per_device_batch_size"], t["max_dev_items"]
+            tokens, k = run_batch_tokens(unwrap_orca(model), cfg), t["max_dev_items"]
             # stage-end scores on at most max_dev_items items (n is in the metrics); the last stage's full test
             # split is scored by the final evaluation, beside the baselines
-            _, summary["dev"] = evaluate_records(unwrap_orca(model), tokenizer, sample_records(data["validation"], k, cfg["seed"]), bs)
+            _, summary["dev"] = evaluate_records(unwrap_orca(model), tokenizer, sample_records(data["validation"], k, cfg["seed"]), max_batch_tokens=tokens)
             if index < len(stages) - 1:
-                _, summary["test"] = evaluate_records(unwrap_orca(model), tokenizer, sample_records(data["test"], k, cfg["seed"]), bs)
+                _, summary["test"] = evaluate_records(unwrap_orca(model), tokenizer, sample_records(data["test"], k, cfg["seed"]), max_batch_tokens=tokens)
             progress["stages"][name] = summary
             if accelerator.is_main_process:
                 write_json_atomic(progress_path, progress)

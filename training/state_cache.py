@@ -113,7 +113,7 @@ class StateCache:
             for start in range(0, len(missing), self.chunk_records):
                 chunk = [i for i in missing[start : start + self.chunk_records] if keys[i] not in self.index]
                 if chunk:
-                    flat, owner = model.encode([records[i] for i in chunk], tokenizer, batch_size)
+                    flat, owner = model.encode([records[i] for i in chunk], tokenizer, max_batch_tokens=batch_size * 256)  # N x 256 tokens
                     grouped = [flat[[j for j, o in enumerate(owner) if o == k]].clone() for k in range(len(chunk))]
                     chunk_keys = [keys[i] for i in chunk]
                     unique = dict(zip(chunk_keys, grouped))  # a record repeated in a chunk is stored once

@@ -40,11 +40,13 @@ from .stats import ALPHA, CONFIDENCE, doubtful_items, paired_bootstrap, summaris
 EXIT_INVALID = 2
 
 
-def score_answers(model, tokenizer, questions, submissions, *, batch_size: int = 16, progress: bool = False) -> list[dict]:
+def score_answers(model, tokenizer, questions, submissions, *, max_batch_tokens: int | None = None,
+                  progress: bool = False) -> list[dict]:
     """Per submission: predicted means, variances (None for Bernoulli) and the answered mask, over all questions.
 
     Each distinct (question, answer) pair is scored once: submissions often share answers (and every missing
-    answer is the same empty string), and `predict` is deterministic, so this only saves time.
+    answer is the same empty string), and `predict` is deterministic, so this only saves time. `max_batch_tokens`:
+    predict's (tokens per forward pass; None: its default).
     """
     index: dict[tuple[str, str], int] = {}
     records = []
@@ -54,7 +56,7 @@ def score_answers(model, tokenizer, questions, submissions, *, batch_size: int =
             if key not in index:
                 index[key] = len(records)
                 records.append({**scoring_record(q, key[1]), "id": f"{q.id}#{len(records)}"})
-    preds = model.predict(records, tokenizer, batch_size=batch_size, show_progress=progress)
+    preds = model.predict(records, tokenizer, max_batch_tokens=max_batch_tokens, show_progress=progress)
     scored = []
     for sub in submissions:
         rows = [preds[index[(q.id, sub.answers.get(q.id, ""))]] for q in questions]
@@ -144,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orca-leaderboard", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Subcommand: orca-leaderboard export-submission --help")
-    add_model_arguments(p)  # --model --revision --device --dtype --batch-size --quiet
+    add_model_arguments(p)  # --model --revision --device --dtype --max-batch-tokens --quiet
     p.add_argument("--benchmark", required=True, choices=sorted(BENCHMARKS))
     p.add_argument("--submissions", required=True, nargs="+", type=Path, help="JSONL files of {question_id, answer}")
     p.add_argument("--model-names", nargs="+", help="one name per submission (default: NAME.meta.json, else file name)")
@@ -209,7 +211,7 @@ def run(args) -> dict:
         raise SubmissionError(errors)
     load_revision, revision_id = resolve_revision(args.model, args.revision)
     model, tokenizer = load_model(args.model, revision=load_revision, device=args.device, dtype=args.dtype)
-    scored = score_answers(model, tokenizer, questions, submissions, batch_size=args.batch_size,
+    scored = score_answers(model, tokenizer, questions, submissions, max_batch_tokens=args.max_batch_tokens,
                            progress=not (args.no_progress or args.quiet))
     cfg = model.config
     max_chars = getattr(cfg, "max_chars", MAX_CHARS)  # the paper's rule; a stand-in judge may not carry it

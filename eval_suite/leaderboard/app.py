@@ -169,7 +169,7 @@ class Leaderboard:
                     if progress is not None:
                         progress(0, desc="scoring")
                     scored = score_answers(self.model, self.tokenizer, self.questions[benchmark], [sub],
-                                           batch_size=self.settings.batch_size, progress=progress is not None)[0]
+                                           max_batch_tokens=self.settings.max_batch_tokens, progress=progress is not None)[0]
                 try:
                     return self._store(benchmark, sub, scored, content, old, user, log, now)
                 except StoreConflict:
