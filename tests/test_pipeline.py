@@ -68,3 +68,27 @@ def test_pipeline_in_a_fresh_process_returns_predicts_numbers(score_type, tmp_pa
                 assert a.get(field) == pytest.approx(b.get(field), abs=1e-6), (key, field)
             assert a["probs"] == pytest.approx(b["probs"], abs=1e-6)
     assert got["one"]["mean"] == pytest.approx(want[2]["mean"], abs=1e-6)
+
+
+def test_the_pipelines_batch_size_counts_records_and_max_batch_tokens_goes_to_predict(smollm2_tokenizer, monkeypatch):
+    """Issue 50: `predict`'s deprecated `batch_size` was a token budget; the pipeline's `batch_size` keeps
+    transformers' meaning, a count of records (at most that many per `predict` call), and `max_batch_tokens` goes
+    to `predict` as it is, with no deprecation warning on the way."""
+    import warnings
+
+    from modeling_orca import OrcaScoringPipeline
+
+    torch.manual_seed(0)
+    model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=tiny_backbone_config("llama", len(smollm2_tokenizer)))).eval()
+    want = model.predict(RECORDS, smollm2_tokenizer)
+    calls = []
+    predict = model.predict
+    monkeypatch.setattr(model, "predict", lambda records, tokenizer, **kw: calls.append((len(records), kw)) or predict(records, tokenizer, **kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        got = {"one call": OrcaScoringPipeline(model=model, tokenizer=smollm2_tokenizer)(RECORDS),
+               "per call": OrcaScoringPipeline(model=model, tokenizer=smollm2_tokenizer)(RECORDS, batch_size=2, max_batch_tokens=512),
+               "pipeline's": OrcaScoringPipeline(model=model, tokenizer=smollm2_tokenizer, batch_size=1)(RECORDS)}
+    assert calls == [(3, {}), (2, {"max_batch_tokens": 512}), (1, {"max_batch_tokens": 512}), (1, {}), (1, {}), (1, {})]
+    for preds in got.values():
+        assert [p["mean"] for p in preds] == pytest.approx([p["mean"] for p in want], abs=1e-6)
