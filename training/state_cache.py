@@ -103,7 +103,7 @@ class StateCache:
         write_bytes_atomic(self.folder / f"shard-{name}.safetensors", save(data))
         self.index.update(zip(keys, states))
 
-    def states(self, model, tokenizer, records: list[dict], *, batch_size: int = 16, desc: str = "states") -> list[torch.Tensor]:
+    def states(self, model, tokenizer, records: list[dict], *, max_batch_tokens: int | None = None, desc: str = "states") -> list[torch.Tensor]:
         keys = record_keys(model, tokenizer, records)
         missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in self.index))
         if missing:
@@ -113,7 +113,7 @@ class StateCache:
             for start in range(0, len(missing), self.chunk_records):
                 chunk = [i for i in missing[start : start + self.chunk_records] if keys[i] not in self.index]
                 if chunk:
-                    flat, owner = model.encode([records[i] for i in chunk], tokenizer, max_batch_tokens=batch_size * 256)  # N x 256 tokens
+                    flat, owner = model.encode([records[i] for i in chunk], tokenizer, max_batch_tokens=max_batch_tokens)
                     grouped = [flat[[j for j, o in enumerate(owner) if o == k]].clone() for k in range(len(chunk))]
                     chunk_keys = [keys[i] for i in chunk]
                     unique = dict(zip(chunk_keys, grouped))  # a record repeated in a chunk is stored once
@@ -122,9 +122,9 @@ class StateCache:
             bar.close()
         return [self.index[k] for k in keys]
 
-    def encode(self, model, tokenizer, records: list[dict], batch_size: int = 16) -> tuple[torch.Tensor, list[int]]:
+    def encode(self, model, tokenizer, records: list[dict], max_batch_tokens: int | None = None) -> tuple[torch.Tensor, list[int]]:
         """What `model.encode` returns, (V, H) states and each variant's record, read from the cache."""
-        per_record = self.states(model, tokenizer, records, batch_size=batch_size)
+        per_record = self.states(model, tokenizer, records, max_batch_tokens=max_batch_tokens)
         owner = [i for i, s in enumerate(per_record) for _ in range(len(s))]
         return torch.cat(per_record), owner
 
@@ -137,10 +137,10 @@ class CachedStatesJudge:
     def __init__(self, model, cache: StateCache):
         self._model, self._cache = model, cache
 
-    def predict(self, records, tokenizer, batch_size: int = 16, show_progress: bool = False,
-                clamp_threshold: float | None = None, **_) -> list[dict]:
+    def predict(self, records, tokenizer, *, max_batch_tokens: int | None = None, show_progress: bool = False,
+                clamp_threshold: float | None = None, **_) -> list[dict]:  # share_prefix etc.: the states are what they are
         records = list(records)
-        states, owner = self._cache.encode(self._model, tokenizer, records, batch_size)
+        states, owner = self._cache.encode(self._model, tokenizer, records, max_batch_tokens)
         return self._model.predict_from_states(records, states, owner, clamp_threshold)
 
     def __getattr__(self, name):
