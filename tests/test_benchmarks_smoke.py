@@ -206,3 +206,12 @@ def test_probe_ceiling_keeps_the_held_out_questions_out_of_train(shared_data, tm
     passed = np.array([p["id"] not in set(failed) for p in probes])
     assert (f"held-out half {passed[held].mean():.3f} ({passed[held].sum()}/{held.sum()}), the other half "
             f"{passed[~held].mean():.3f} ({passed[~held].sum()}/{(~held).sum()})") in line
+
+
+def test_bench_dtype_smoke(shared_data, tmp_path):
+    out = tmp_path / "dtype.json"
+    lines = run("bench_dtype.py", "--backbone", "tiny-llama", "--n", "6", "--json", str(out))
+    assert re.fullmatch(r"tiny-llama float32_items_s=\S+ bfloat16_items_s=\S+ speedup_bf16=\S+ max_abs_mean_diff=\d+\.\d{4}", lines[-1]), lines[-1]
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"float32", "bfloat16"} and result["n"] <= 6 and "avx512_bf16" in result["cpu"]
+    assert 0 <= result["max_abs_mean_diff"] < 0.5  # the same head on the same inputs: bfloat16 rounding only
