@@ -74,10 +74,10 @@ def run(cfg: dict, resume: bool = False) -> dict:
         write_test_predictions,
     )
     from training.checkpoints import check_resume, keep_trainable_weights, recover_checkpoints
-    from training.model import add_lora, build_model, unwrap_orca
-    from training.run_log import RunLog, versions
     from training.data import sample_questions
     from training.frozen import train_curriculum_frozen
+    from training.model import add_lora, build_model, unwrap_orca
+    from training.run_log import RunLog, versions
     from training.stages import train_curriculum
 
     accelerator = make_accelerator(cfg)
