@@ -432,12 +432,17 @@ def score_file(options: ScoreOptions, warn=_print_warning) -> tuple[dict, list[s
                    "model": model_config},
         "seconds": round(time.time() - started, 2),
     }
+    return summary, closing_notes(errors, long_lines, model.config)
+
+
+def closing_notes(errors: list[dict], long_lines: list[int], config) -> list[str]:
+    """What orca-score prints after the results: lines that failed validation, texts over the 1,000-character rule."""
     notes = []
     if errors:
         notes.append(f"{len(errors)} line(s) failed validation and were written with orca_error set")
     if long_lines:
         shown = ", ".join(map(str, long_lines[:10])) + (", ..." if len(long_lines) > 10 else "")
-        notes.append(f"warning: {len(long_lines)} record(s) with a text over {model.config.max_chars} characters (lines "
+        notes.append(f"warning: {len(long_lines)} record(s) with a text over {config.max_chars} characters (lines "
                      f"{shown}): scored, but training drops such records and the model cuts its input to "
-                     f"{model.config.max_length} tokens")
-    return summary, notes
+                     f"{config.max_length} tokens")
+    return notes

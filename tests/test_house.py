@@ -17,7 +17,6 @@ SKIPPED_DIRS = {"tests", "runs", "build", "dist", "out", "__pycache__"}  # and h
 # is split (or gone) fails test_allow_list_is_not_stale, so it is taken off here.
 ALLOWED_LONG_FUNCTIONS = {
     ("dataset_builder/schema.py", "validate_record"),
-    ("eval_suite/scoring.py", "score_file"),
     ("benchmarks/bench_scoring.py", "bench_backbone"),
     ("benchmarks/bench_scoring.py", "main"),
 }
