@@ -159,7 +159,29 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         raise err("reference", "empty reference")
     rec["reference"] = ref
 
-    ratings = rec.get("ratings")
+    rec["ratings"] = _ratings(rec.get("ratings"), err)
+
+    for field in ("rater_ids", "flags"):
+        value = rec.get(field)
+        rec[field] = [] if value is None else _str_list(value, field, err)
+    if rec["rater_ids"] and len(rec["rater_ids"]) != len(rec["ratings"]):
+        raise err("rater_ids", f"{len(rec['rater_ids'])} rater ids for {len(rec['ratings'])} ratings")
+    for f in rec["flags"]:
+        if f not in FLAGS:
+            raise err("flags", f"unknown flag {f!r}; allowed: {', '.join(FLAGS)}")
+
+    if rec.get("stage") not in (None, *STAGES):
+        raise err("stage", f"unknown stage {rec['stage']!r}; allowed: {', '.join(STAGES)}")
+
+    rec["metadata"] = _metadata_json(rec.get("metadata"), extra, err)
+    out = {f: rec[f] if f in rec else _copy_default(f) for f in FIELDS}
+    if not out["question_id"]:
+        out["question_id"] = out["id"]
+    return out
+
+
+def _ratings(ratings, err) -> list[int]:
+    """A record's ratings checked: a new list of integers in RATING_MIN..RATING_MAX (4.0 read as 4)."""
     ratings = [] if ratings is None else ratings
     if not isinstance(ratings, list | tuple):
         raise err("ratings", f"expected a list of integers 1-5, got {type(ratings).__name__}")
@@ -175,21 +197,12 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         if not RATING_MIN <= r <= RATING_MAX:  # named as given: 1e300, not its 301 digits
             raise err("ratings", f"item {i} is {_shown(given)}: outside {RATING_MIN}-{RATING_MAX}")
         ratings[i] = r
-    rec["ratings"] = ratings
+    return ratings
 
-    for field in ("rater_ids", "flags"):
-        value = rec.get(field)
-        rec[field] = [] if value is None else _str_list(value, field, err)
-    if rec["rater_ids"] and len(rec["rater_ids"]) != len(rec["ratings"]):
-        raise err("rater_ids", f"{len(rec['rater_ids'])} rater ids for {len(rec['ratings'])} ratings")
-    for f in rec["flags"]:
-        if f not in FLAGS:
-            raise err("flags", f"unknown flag {f!r}; allowed: {', '.join(FLAGS)}")
 
-    if rec.get("stage") not in (None, *STAGES):
-        raise err("stage", f"unknown stage {rec['stage']!r}; allowed: {', '.join(STAGES)}")
-
-    meta = rec.get("metadata")
+def _metadata_json(meta, extra: dict, err) -> str:
+    """The record's metadata (a dict or its JSON encoding) with the keys outside the schema (`extra`) merged in, as
+    strict JSON; deep nesting, NaN, Infinity and lone surrogates are refused naming the key."""
     if meta is None or meta == "":
         meta = {}
     elif isinstance(meta, str):
@@ -203,18 +216,14 @@ def validate_record(obj, *, path=None, line=None) -> dict:
         raise err("metadata", f"expected a dict (or its JSON encoding), got {type(meta).__name__}")
     meta = {**meta, **extra}
     try:  # NaN and Infinity parse (Python's json accepts them) but are not JSON: strict readers of the output fail
-        rec["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False)
+        text = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False)
     except (ValueError, RecursionError):  # RecursionError: a Python caller's value nested about 1,000 deep
-        rec["metadata"] = None
-    if rec["metadata"] is None or too_deep(meta, rec["metadata"]):
+        text = None
+    if text is None or too_deep(meta, text):
         _raise_for_metadata_key(meta, extra, err)
-    if problem := unicode_problem(rec["metadata"]):  # an extra key's value, or a metadata string, with a surrogate
+    if problem := unicode_problem(text):  # an extra key's value, or a metadata string, with a surrogate
         raise err("metadata", f"{problem} (in metadata or in a key outside the schema)")
-
-    out = {f: rec[f] if f in rec else _copy_default(f) for f in FIELDS}
-    if not out["question_id"]:
-        out["question_id"] = out["id"]
-    return out
+    return text
 
 
 def _raise_for_metadata_key(meta: dict, extra: dict, err) -> None:
