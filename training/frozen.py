@@ -65,7 +65,7 @@ def train_head(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, 
     optimizer, scheduler = make_optimizer(model, stage, t)
     stopper, history, best_step = EarlyStopping(t["patience"]), [], 0
     best = {k: v.detach().clone() for k, v in model.score_head.state_dict().items()}
-    # step 0: the head as it starts (with head_init verdict, the backbone's own reading after the last stage)
+    # step 0: the head as the stage gets it (the previous stage's best; in the first, its initialisation)
     metrics = dev_spearman(model, dev, dev_states, dev_owner)
     history.append({"step": 0, "dev": metrics})
     stopper.update(metrics["spearman"])
