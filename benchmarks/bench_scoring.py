@@ -133,6 +133,76 @@ def timed(fn):
     return result, seconds, mem
 
 
+def predict_runs(model, tokenizer, records: list[dict], args, gemm: list[float], gemm_kw: dict):
+    """(a) the package's predict (warm-up on a few records first), `--repeats` times, each run between two GEMM
+    probes (appended to `gemm`): this shared machine's speed drifts by tens of percent within minutes, so each run
+    is held against the GEMM rate around it (the mean of the probe medians before and after). Returns (the last
+    run's predictions, [(seconds, GEMM GFLOP/s around the run)], the last run's memory)."""
+    model.predict(records[:4], tokenizer, max_batch_tokens=args.max_batch_tokens)
+    runs = []
+    for _ in range(args.repeats):
+        before = statistics.median(gemm[-3:])
+        preds, t, mem = timed(lambda: model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens))
+        gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
+        runs.append((t, (before + statistics.median(gemm[-3:])) / 2))
+    return preds, runs, mem
+
+
+def run_ablations(model, tokenizer, records: list[dict], token_ids: list[list[int]], args) -> list[dict]:
+    """`--ablation`: predict without each technique, each variant run right after a default run (time ratios)."""
+    ablations = []
+    # key: (label, predict keywords, model attributes for the run)
+    variants = {
+        "sharing": [("no prefix sharing", dict(share_prefix=False), {})],
+        "budgets": [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)],
+        "items": [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})],
+    }
+    keys = list(variants) if "all" in args.ablation else args.ablation
+
+    def default():
+        return model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens)
+
+    for label, kw, attrs in [v for key in keys for v in variants[key]]:
+        pairs = []  # (default seconds, variant seconds): each variant run right after a default run
+        for _ in range(args.ablation_repeats):
+            _, t_default, _ = timed(default)
+            saved = {name: getattr(model, name) for name in attrs}
+            for name, value in attrs.items():
+                setattr(model, name, value)
+            try:
+                _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, **{"max_batch_tokens": args.max_batch_tokens, **kw}))
+            finally:
+                for name, value in saved.items():
+                    setattr(model, name, value)
+            pairs.append((t_default, t))
+        t = statistics.median(v for _, v in pairs)
+        ratio = statistics.median(v / d for d, v in pairs)
+        ablations.append(dict(variant=label, seconds=round(t, 2), items_per_s=round(len(records) / t, 2), time_vs_default=round(ratio, 3),
+                              runs=[dict(default_s=round(d, 2), variant_s=round(v, 2)) for d, v in pairs],
+                              peak_mib=round(mem.peak_mib), page_faults=mem.page_faults))  # fmt: skip
+        print(f"  ablation {label:<36} {len(records) / t:8.2f} items/s  time x{ratio:.3f} of the default run before it "
+              f"(median of {len(pairs)}; last: {mem.page_faults} page faults)", flush=True)  # fmt: skip
+    return ablations
+
+
+def naive_batch_size(naive, tokenizer, texts: list[str], head, pooling: str, add_special: bool, config, args) -> tuple[int, list]:
+    """The naive path's best batch size among `--naive-batch-sizes` on the first `--calib` texts, and the
+    (items/s, batch size) of each tried (after a warm-up)."""
+    sizes = [int(s) for s in args.naive_batch_sizes.split(",")]
+    calib = []
+    if len(sizes) > 1:
+        sub = texts[: args.calib]
+        naive_means(naive, tokenizer, sub[:4], head, pooling, 4, add_special, config)
+        for bs in sizes:
+            _, t, _ = timed(lambda bs=bs: naive_means(naive, tokenizer, sub, head, pooling, bs, add_special, config))
+            calib.append((len(sub) / t, bs))
+        best = max(calib)[1]
+    else:
+        best = sizes[0]
+        naive_means(naive, tokenizer, texts[:4], head, pooling, best, add_special, config)
+    return best, calib
+
+
 def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
@@ -153,70 +223,20 @@ def bench_backbone(name: str, records: list[dict], args, tmp: Path) -> dict:
     n_tokens = sum(len(t) for t in token_ids)
     gemm = [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
 
-    # (a) the package's predict (warm-up on a few records first), `--repeats` times, each run between two GEMM
-    # probes: this shared machine's speed drifts by tens of percent within minutes, so each run is held against
-    # the GEMM rate around it (the mean of the probe medians before and after)
-    model.predict(records[:4], tokenizer, max_batch_tokens=args.max_batch_tokens)
-    runs_a = []  # (seconds, GEMM GFLOP/s around the run)
-    for _ in range(args.repeats):
-        before = statistics.median(gemm[-3:])
-        preds, t, mem_a = timed(lambda: model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens))
-        gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
-        runs_a.append((t, (before + statistics.median(gemm[-3:])) / 2))
+    preds, runs_a, mem_a = predict_runs(model, tokenizer, records, args, gemm, gemm_kw)
     t_a = statistics.median(t for t, _ in runs_a)
     mean_a = torch.tensor([p["mean"] for p in preds])
 
     ablations = []
     if args.ablation:
-        # key: (label, predict keywords, model attributes for the run)
-        variants = {
-            "sharing": [("no prefix sharing", dict(share_prefix=False), {})],
-            "budgets": [(f"max_batch_tokens={b}", dict(max_batch_tokens=b), {}) for b in (512, 2048, 4096, 8192)],
-            "items": [("no sharing, batch_size=8 (items)", dict(share_prefix=False, max_batch_tokens=8 * max(map(len, token_ids))), {})],
-        }
-        keys = list(variants) if "all" in args.ablation else args.ablation
-
-        def default():
-            return model.predict(records, tokenizer, max_batch_tokens=args.max_batch_tokens)
-
-        for label, kw, attrs in [v for key in keys for v in variants[key]]:
-            pairs = []  # (default seconds, variant seconds): each variant run right after a default run
-            for _ in range(args.ablation_repeats):
-                _, t_default, _ = timed(default)
-                saved = {name: getattr(model, name) for name in attrs}
-                for name, value in attrs.items():
-                    setattr(model, name, value)
-                try:
-                    _, t, mem = timed(lambda kw=kw: model.predict(records, tokenizer, **{"max_batch_tokens": args.max_batch_tokens, **kw}))
-                finally:
-                    for name, value in saved.items():
-                        setattr(model, name, value)
-                pairs.append((t_default, t))
-            t = statistics.median(v for _, v in pairs)
-            ratio = statistics.median(v / d for d, v in pairs)
-            ablations.append(dict(variant=label, seconds=round(t, 2), items_per_s=round(len(records) / t, 2), time_vs_default=round(ratio, 3),
-                                  runs=[dict(default_s=round(d, 2), variant_s=round(v, 2)) for d, v in pairs],
-                                  peak_mib=round(mem.peak_mib), page_faults=mem.page_faults))  # fmt: skip
-            print(f"  ablation {label:<36} {len(records) / t:8.2f} items/s  time x{ratio:.3f} of the default run before it "
-                  f"(median of {len(pairs)}; last: {mem.page_faults} page faults)", flush=True)  # fmt: skip
+        ablations = run_ablations(model, tokenizer, records, token_ids, args)
         gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
 
     # (b) the naive path at its best batch size
     naive_cls = AutoModelForCausalLM if is_decoder(model.backbone) else AutoModelForMaskedLM
     naive = naive_cls.from_pretrained(folder, dtype=dtype).to(args.device).eval()
     head = model.score_head
-    sizes = [int(s) for s in args.naive_batch_sizes.split(",")]
-    calib = []
-    if len(sizes) > 1:
-        sub = texts[: args.calib]
-        naive_means(naive, tokenizer, sub[:4], head, pooling, 4, add_special, config)
-        for bs in sizes:
-            _, t, _ = timed(lambda bs=bs: naive_means(naive, tokenizer, sub, head, pooling, bs, add_special, config))
-            calib.append((len(sub) / t, bs))
-        best = max(calib)[1]
-    else:
-        best = sizes[0]
-        naive_means(naive, tokenizer, texts[:4], head, pooling, best, add_special, config)
+    best, calib = naive_batch_size(naive, tokenizer, texts, head, pooling, add_special, config, args)
     mean_b, t_b, mem_b = timed(lambda: naive_means(naive, tokenizer, texts, head, pooling, best, add_special, config))
     gemm += [gemm_gflops(args.gemm_size, **gemm_kw) for _ in range(3)]
 
@@ -319,6 +339,28 @@ def compare_with(name: str, args) -> dict:
                 pairs=[dict(this_s=round(new["seconds"], 2), other_s=round(old["seconds"], 2)) for new, old in pairs])  # fmt: skip
 
 
+def print_result(name: str, r: dict, args) -> None:
+    """One backbone's result of (a)-(c) as a table, the floor, the runs, the profile."""
+    a, b, f = r["a"], r["b"], r["floor"]
+    print(f"\n== {name}: {r['records']} items, {r['input_tokens']} input tokens, {r['floor_tokens']} to compute at least once; "
+          f"token ids = whole-text ids for {r['token_ids_equal_to_whole_text']}; prefix sharing {r['prefix_sharing']}; "
+          f"{r['default_batch_tokens']}-token batches")  # fmt: skip
+    print(f"{'path':<28}{'items/s':>10}{'tokens/s':>11}{'seconds':>10}{'peak MiB':>10}")
+    print(f"{'(a) predict':<28}{a['items_per_s']:>10.2f}{a['tokens_per_s']:>11.1f}{a['seconds']:>10.1f}{a['peak_mib']:>10}")
+    print(f"{'(b) naive, batch ' + str(b['batch_size']):<28}{b['items_per_s']:>10.2f}{b['tokens_per_s']:>11.1f}{b['seconds']:>10.1f}{b['peak_mib']:>10}")
+    print(f"{'(c) floor':<28}{f['items_per_s']:>10.2f}{'':>11}{f['seconds']:>10.1f}{'':>10}")
+    print(f"floor: {f['gflop']} GFLOP at {f['gemm_gflops_around_a']} GFLOP/s ({args.dtype} {args.gemm_size}^3 GEMM around the runs of (a); "
+          f"all probes {f['gemm_gflops_all']})")  # fmt: skip
+    print("(a) runs: " + ", ".join(f"{x['seconds']} s at {x['gemm_gflops']} GFLOP/s -> {x['floor_fraction']:.2f}" for x in a["runs"])
+          + f"; {a['page_faults_last_run']} page faults in the last")  # fmt: skip
+    print(f"a/b = {r['speedup_vs_naive']:.2f}x   floor/a = {r['floor_fraction']:.2f} (median over runs)   "
+          f"max |mean a - mean b| = {r['max_abs_mean_diff']:.2e} ({'agree' if r['agree'] else 'DISAGREE'} within {args.tolerance:g})", flush=True)  # fmt: skip
+    if r["profile"]:
+        prof = r["profile"]
+        print("profile of one run of (a): " + ", ".join(f"{k} {v:.0%} ({prof['seconds'][k]} s)" for k, v in prof["share"].items())
+              + f"; matrix multiplies at {prof['mm_gflops']} GFLOP/s (GEMM probe after: {prof['gemm_gflops_after']})")  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
@@ -379,24 +421,7 @@ def main(argv=None) -> int:
         for name in backbones:
             r = bench_backbone(name, records, args, Path(tmp))
             results.append(r)
-            a, b, f = r["a"], r["b"], r["floor"]
-            print(f"\n== {name}: {r['records']} items, {r['input_tokens']} input tokens, {r['floor_tokens']} to compute at least once; "
-                  f"token ids = whole-text ids for {r['token_ids_equal_to_whole_text']}; prefix sharing {r['prefix_sharing']}; "
-                  f"{r['default_batch_tokens']}-token batches")  # fmt: skip
-            print(f"{'path':<28}{'items/s':>10}{'tokens/s':>11}{'seconds':>10}{'peak MiB':>10}")
-            print(f"{'(a) predict':<28}{a['items_per_s']:>10.2f}{a['tokens_per_s']:>11.1f}{a['seconds']:>10.1f}{a['peak_mib']:>10}")
-            print(f"{'(b) naive, batch ' + str(b['batch_size']):<28}{b['items_per_s']:>10.2f}{b['tokens_per_s']:>11.1f}{b['seconds']:>10.1f}{b['peak_mib']:>10}")
-            print(f"{'(c) floor':<28}{f['items_per_s']:>10.2f}{'':>11}{f['seconds']:>10.1f}{'':>10}")
-            print(f"floor: {f['gflop']} GFLOP at {f['gemm_gflops_around_a']} GFLOP/s ({args.dtype} {args.gemm_size}^3 GEMM around the runs of (a); "
-                  f"all probes {f['gemm_gflops_all']})")  # fmt: skip
-            print("(a) runs: " + ", ".join(f"{x['seconds']} s at {x['gemm_gflops']} GFLOP/s -> {x['floor_fraction']:.2f}" for x in a["runs"])
-                  + f"; {a['page_faults_last_run']} page faults in the last")  # fmt: skip
-            print(f"a/b = {r['speedup_vs_naive']:.2f}x   floor/a = {r['floor_fraction']:.2f} (median over runs)   "
-                  f"max |mean a - mean b| = {r['max_abs_mean_diff']:.2e} ({'agree' if r['agree'] else 'DISAGREE'} within {args.tolerance:g})", flush=True)  # fmt: skip
-            if r["profile"]:
-                prof = r["profile"]
-                print("profile of one run of (a): " + ", ".join(f"{k} {v:.0%} ({prof['seconds'][k]} s)" for k, v in prof["share"].items())
-                      + f"; matrix multiplies at {prof['mm_gflops']} GFLOP/s (GEMM probe after: {prof['gemm_gflops_after']})")  # fmt: skip
+            print_result(name, r, args)
     if args.json:
         Path(args.json).write_text(json.dumps(dict(**run_info(args), results=results, load=load_line()), indent=1))
     print(load_line())

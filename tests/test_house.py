@@ -13,12 +13,6 @@ MAX_FUNCTION_LINES = 80
 MAX_MODEL_FILE_LINES = 500
 SKIPPED_DIRS = {"tests", "runs", "build", "dist", "out", "__pycache__"}  # and hidden ones (.venv, .git, ...)
 
-# Functions over the limit today, in files owned by other work in progress (issue 50). Shrink only: an entry that
-# is split (or gone) fails test_allow_list_is_not_stale, so it is taken off here.
-ALLOWED_LONG_FUNCTIONS = {
-    ("benchmarks/bench_scoring.py", "bench_backbone"),
-    ("benchmarks/bench_scoring.py", "main"),
-}
 
 
 def python_files() -> list[Path]:
@@ -64,13 +58,8 @@ def test_model_file_at_most_500_lines():
 
 
 def test_no_function_over_80_lines():
-    long = {key: n for key, n in long_functions().items() if key not in ALLOWED_LONG_FUNCTIONS}
+    long = long_functions()
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
-
-
-def test_allow_list_is_not_stale():
-    stale = ALLOWED_LONG_FUNCTIONS - set(long_functions())
-    assert not stale, f"within {MAX_FUNCTION_LINES} lines now (or gone): take {sorted(stale)} off the allow-list"
 
 
 def eval_suite_imports(rel: str) -> set[str]:
