@@ -28,9 +28,9 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, SpaceCa
 from huggingface_hub.errors import HfHubHTTPError
 
 from dataset_builder.export import CITATION, REPO_ID_PLACEHOLDER
-from dataset_builder.files import staged_dir
 from eval_suite.reference_checkpoint import ConversionError, tidy_saved_folder
-from eval_suite.tables import markdown_table
+from orca_io.files import staged_dir
+from orca_io.tables import markdown_table
 
 try:  # the HTTP client of huggingface_hub >= 2 (httpx before)
     from httpx2 import TransportError
@@ -63,7 +63,7 @@ class PublishError(Exception):
 
 @contextmanager
 def staging_dir(target: Path | None):
-    """A fresh folder to build in; it becomes `target` (dataset_builder.files.staged_dir: renamed into place) only if the
+    """A fresh folder to build in; it becomes `target` (orca_io.files.staged_dir: renamed into place) only if the
     block succeeds. With no target (an upload) it is deleted afterwards either way."""
     if target is None:
         with tempfile.TemporaryDirectory(prefix=".orca-") as tmp:
@@ -436,7 +436,7 @@ def build_leaderboard_space(args, out: Path) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     from eval_suite.leaderboard.data import BENCHMARKS, SubmissionError, default_data_dir, load_questions
-    from eval_suite.loading import package_version
+    from orca_io.version import package_version
 
     try:
         gradio_version = version("gradio")

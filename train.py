@@ -65,7 +65,6 @@ def make_accelerator(cfg: dict):
 def run(cfg: dict, resume: bool = False) -> dict:
     from accelerate.utils import set_seed
 
-    from dataset_builder.files import save_dir_atomic, write_json_atomic, write_text_atomic
     from eval_suite.final_eval import (
         final_evaluation,
         out_of_domain,
@@ -73,6 +72,7 @@ def run(cfg: dict, resume: bool = False) -> dict:
         probe_suite,
         write_test_predictions,
     )
+    from orca_io.files import save_dir_atomic, write_json_atomic, write_text_atomic
     from training.checkpoints import check_resume, keep_trainable_weights, recover_checkpoints
     from training.data import sample_questions
     from training.frozen import train_curriculum_frozen
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)  # not a line per checkpoint file
     cfg = load_run_config(args.config, overrides)
-    from dataset_builder.schema import RecordError
+    from orca_io.schema import RecordError
     from training.data import DataError
     from training.stages import NonFiniteLoss
 

@@ -165,7 +165,7 @@ def run_info(args) -> dict:
 
     import transformers
 
-    from eval_suite.loading import package_version
+    from orca_io.version import package_version
 
     try:
         revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()

@@ -46,8 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the summary and every probe's row here")
     args = p.parse_args(argv)
 
-    from dataset_builder.files import write_json_atomic
     from eval_suite.loading import load_model, resolve_revision
+    from orca_io.files import write_json_atomic
 
     records = load_probes(args.probes)
     model, tokenizer = load_model(args.model, revision=args.revision, device=args.device, dtype=args.dtype)

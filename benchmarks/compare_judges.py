@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 from _common import run_info
 
-from dataset_builder.readers import read_jsonl
 from eval_suite.metrics import judge_agreement
 from eval_suite.probes import load_probes
 from modeling_orca import unit_to_rating
+from orca_io.jsonl import read_jsonl
 
 
 def run_sets(run: Path) -> dict[str, dict[str, dict]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from _common import REPO, load_line, load_records, run_info
 
-from dataset_builder.readers import read_jsonl
+from orca_io.jsonl import read_jsonl
 
 # peak RSS of one command: run it as a child of a small wrapper and read the children's ru_maxrss
 MEASURE = """

@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dataset_builder.readers import JsonLines, read_records  # noqa: E402
-from dataset_builder.schema import FLAGS, STAGES, RecordError, too_deep, validate_record  # noqa: E402
 from eval_suite import cli, scoring  # noqa: E402
 from eval_suite.leaderboard import build_leaderboard  # noqa: E402
 from eval_suite.leaderboard.data import Question, Submission, SubmissionError, meta_path, read_submission  # noqa: E402
 from eval_suite.leaderboard.store import read_record  # noqa: E402
 from eval_suite.loading import UsageError  # noqa: E402
+from orca_io.jsonl import JsonLines, read_records  # noqa: E402
+from orca_io.schema import FLAGS, STAGES, RecordError, too_deep, validate_record  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ inputs
 

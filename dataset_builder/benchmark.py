@@ -23,7 +23,7 @@ import random
 import re
 from collections.abc import Callable, Iterable
 
-from .schema import make_record
+from orca_io.schema import make_record
 
 Rater = Callable[[dict], "int | None"]
 

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import datasets
 
+from orca_io.jsonl import read_records
+from orca_io.schema import FEATURES
+
 from . import readers
 from .benchmark import build_s2
 from .filters import apply_filters
 from .release import RELEASE_REPO, HubRelease, as_release
-from .schema import FEATURES
 from .splits import SPLITS, make_splits
 from .synthetic import generate_s1
 
@@ -126,7 +128,7 @@ def _release(name):
         path = hub.download(fname) if hub else Path(release_dir) / fname
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; {hint}")
-        res = readers.read_records(path)
+        res = read_records(path)
         default_bench = name.removeprefix("s3_").replace("_", "-")
         recs = [{**r, "benchmark": r["benchmark"] or default_bench, "stage": r["stage"] or "s3"} for r in res.records]
         if hub:  # the repository and commit the file came from, in every record

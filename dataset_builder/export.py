@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 from tqdm.auto import tqdm
 
+from orca_io.schema import FEATURES, FIELDS
+
 from .configs import CONFIGS, RELEASE_FILES, SOURCES, build_config, licence_of, source_key
 from .filters import MAX_CHARS
-from .schema import FEATURES, FIELDS
 from .splits import NUM_FOLDS, SPLITS, make_splits
 from .stats import summarize
 

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import sha256_of, write_bytes_atomic
+from orca_io.files import sha256_of, write_bytes_atomic
 
 BASE_URL = "https://raw.githubusercontent.com"
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import datasets
 
+from orca_io.schema import FEATURES
+
 from .configs import CONFIGS, build_config
 from .export import CITATION
-from .schema import FEATURES
 from .splits import make_splits
 
 

@@ -16,8 +16,9 @@ from collections import Counter
 
 import numpy as np
 
+from orca_io.schema import make_record
+
 from . import formats, lexical
-from .schema import make_record
 from .synthetic import _FILLERS, make_panel, panel_ratings
 
 QUALITY = {

@@ -2,7 +2,7 @@
 
 Each file is fetched with `hf_hub_download(repo_type="dataset")`; the first fixes the commit and every later file
 comes from that same commit, so one build never mixes two states of the repository. The files are then read by the
-same reader as a folder given by hand (`readers.read_records`), and every record says where it came from: its
+same reader as a folder given by hand (`orca_io.jsonl.read_records`), and every record says where it came from: its
 `metadata` holds `release: REPO@COMMIT` (and a `source` left to the file name becomes `REPO@COMMIT/FILE`).
 """
 

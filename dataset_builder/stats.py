@@ -7,7 +7,7 @@ from collections import Counter
 import krippendorff
 import numpy as np
 
-from .schema import rating_histogram
+from orca_io.schema import rating_histogram
 
 
 def reliability_matrix(records: list[dict]) -> np.ndarray:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .schema import make_record
+from orca_io.schema import make_record
 
 # ----------------------------------------------------------------------------- vocabulary
 

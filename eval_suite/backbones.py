@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from dataset_builder.files import open_atomic, save_dir_atomic, sha256_of
+from orca_io.files import open_atomic, save_dir_atomic, sha256_of
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -29,11 +29,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from dataset_builder.files import write_json_atomic
 from eval_suite.cli_args import add_model_arguments, set_quiet
 from eval_suite.loading import UsageError
 from eval_suite.scoring import ScoreOptions, score_file
-from eval_suite.tables import markdown_table
+from orca_io.files import write_json_atomic
+from orca_io.tables import markdown_table
 
 EXIT_INVALID = 2  # input that fails validation, or options that cannot work together (argparse uses 2 too)
 EXIT_FAILED = 1  # an input/output error during the run

@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from dataset_builder.files import write_text_atomic
+from orca_io.files import write_text_atomic
 
 PREDICTION_FIELDS = ("benchmark", "question_id", "answerer", "modality", "category")
 
@@ -196,7 +196,7 @@ def probe_suite(final, tokenizer, cfg: dict) -> dict | None:
 
 def print_table(results: dict) -> None:
     """The test metrics of ORCA (unclamped and with the dev-tuned clamping) and the baselines, as Markdown."""
-    from eval_suite.tables import markdown_table
+    from orca_io.tables import markdown_table
 
     clamped = {"orca, clamped (dev-tuned)": results["clamping"]["test"]} if "test" in results["clamping"] else {}
     test = {"orca": results["test"]["orca"], **clamped, **results["test"]}

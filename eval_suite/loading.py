@@ -1,6 +1,6 @@
 """Loading an ORCA model for scoring: the one loader (orca-score, orca-eval, orca-leaderboard, the Space app),
-what identifies the model that scored (its Hub commit or a hash of a folder's files), the package's version, and the
-reference release's field names for a prediction."""
+what identifies the model that scored (its Hub commit or a hash of a folder's files) and the reference release's
+field names for a prediction."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 # the release's field names live with its converter; imported here too, where scoring.py has always found them
 from eval_suite.reference_checkpoint import ReleaseError, reference_fields, resolve_judge
 
-__all__ = ["UsageError", "folder_digest", "load_model", "package_version", "reference_fields", "resolve_device",
+__all__ = ["UsageError", "folder_digest", "load_model", "reference_fields", "resolve_device",
            "resolve_revision"]
 
 
@@ -88,13 +88,3 @@ def load_model(name_or_path: str, *, revision: str | None = None, device=None, d
     if device is not None:
         model.to(resolve_device(device))
     return model.eval(), tokenizer
-
-
-def package_version() -> str:
-    """This package's installed version, as summaries, metrics.json and the Space's requirements record it."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("orca-judge")
-    except PackageNotFoundError:
-        return "unknown (not installed)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eval_suite.tables import markdown_table
+from orca_io.tables import markdown_table
 
 OOD_BASELINES = ("contains", "token_f1", "embedding_cosine")
 SHORT_ANSWER_WORDS = 5  # a span answer has at most this many words; longer ones are sentences

@@ -48,10 +48,10 @@ def labels(record: dict) -> dict:
 
 def load_probes(paths=None) -> list[dict]:
     """Every probe of `paths` (default: the suite), in file and line order, as schema records. Each file is read
-    by `dataset_builder.readers.read_records` (schema, UTF-8, duplicate ids); a missing or bad label raises
+    by `orca_io.jsonl.read_records` (schema, UTF-8, duplicate ids); a missing or bad label raises
     `RecordError` naming file, line and field, and so does an id that two files share."""
-    from dataset_builder.readers import read_records
-    from dataset_builder.schema import RecordError
+    from orca_io.jsonl import read_records
+    from orca_io.schema import RecordError
 
     records: list[dict] = []
     first_seen: dict[str, tuple[Path, int]] = {}
@@ -76,7 +76,7 @@ def load_probes(paths=None) -> list[dict]:
 
 
 def probe_passes(mean: float, expected: str) -> bool:
-    from dataset_builder.schema import RATING_MAX, RATING_MIN
+    from orca_io.schema import RATING_MAX, RATING_MIN
 
     midpoint = (RATING_MIN + RATING_MAX) / 2
     return mean > midpoint if expected == "right" else mean < midpoint

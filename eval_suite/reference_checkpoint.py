@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataset_builder.files import staged_dir, write_json_atomic
+from orca_io.files import staged_dir, write_json_atomic
 
 
 class ConversionError(Exception):

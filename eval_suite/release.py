@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataset_builder.files import staged_dir
 from eval_suite.loading import load_model
 from eval_suite.reference_checkpoint import (
     PROVENANCE,
@@ -32,6 +31,7 @@ from eval_suite.reference_checkpoint import (
     released_threshold,
     resolve_judge,
 )
+from orca_io.files import staged_dir
 
 __all__ = ["PROVENANCE", "RELEASED_JUDGES", "ReleaseError", "convert_to_folder", "converted_judge", "load_judge",
            "resolve_judge"]

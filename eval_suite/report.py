@@ -17,8 +17,6 @@ import json
 import sys
 from pathlib import Path
 
-from dataset_builder.files import write_text_atomic
-from dataset_builder.readers import read_jsonl
 from eval_suite.cli_args import add_model_arguments, set_quiet
 from eval_suite.ood import ood_evaluation, ood_markdown
 from eval_suite.report_plots import make_calibration_plot, make_plots, slug
@@ -43,7 +41,9 @@ from eval_suite.report_tables import (
     per_run_table,
     systems,
 )
-from eval_suite.tables import markdown_table
+from orca_io.files import write_text_atomic
+from orca_io.jsonl import read_jsonl
+from orca_io.tables import markdown_table
 
 # final_eval.py and the docs reach the out-of-domain evaluation here, where it lived before eval_suite.ood
 __all__ = ["build_parser", "build_report", "main", "ood_evaluation", "ood_markdown"]

@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from configuration_orca import TEMPLATE_FIELDS
-from dataset_builder.readers import read_jsonl
 from eval_suite.metrics import baseline_metrics, prediction_metrics
-from eval_suite.tables import flatten
+from orca_io.jsonl import read_jsonl
+from orca_io.tables import flatten
 
 DEFAULT_BASELINES = ("exact_match", "contains", "token_f1")
 FOLD_KEY, INPUT_KEY, CURRICULUM_KEY = "data.fold", "model.orca.template_fields", "curriculum"
@@ -146,7 +146,7 @@ def own_test(run: Run, baseline_names, notes: list[str]) -> Result:
 
     by_id = {}
     if test_file and Path(test_file).exists():
-        from dataset_builder.readers import read_records
+        from orca_io.jsonl import read_records
 
         by_id = {r["id"]: r for r in read_records(test_file, on_error="skip").records}
     if not all("answerer" in p for p in preds) and not by_id:
@@ -170,8 +170,8 @@ def score_results(runs: list[Run], test_files: list[Path], baseline_names, max_b
                   device: str = "auto", dtype: str = "auto") -> list[Result]:
     if not test_files:
         return [own_test(run, baseline_names, notes) for run in runs]
-    from dataset_builder.readers import read_records
     from eval_suite.loading import load_model
+    from orca_io.jsonl import read_records
 
     tests = {path: read_records(path).records for path in test_files}
     names = list(baseline_names) if baseline_names is not None else list(DEFAULT_BASELINES)
@@ -193,7 +193,7 @@ def test_records_of(run: Run, preds: list[dict]) -> list[dict]:
     stages = [(n, s) for n, s in run.config["stages"].items() if n not in run.config.get("skip_stages", [])]
     stage = stages[-1][1]
     if stage.get("files", {}).get("test"):
-        from dataset_builder.readers import read_records
+        from orca_io.jsonl import read_records
 
         by_id = {r["id"]: r for r in read_records(stage["files"]["test"]).records}
     else:

@@ -10,7 +10,7 @@ import numpy as np
 
 from eval_suite.metrics import compute_metrics
 from eval_suite.report_runs import FOLD_KEY, Result, Run, group_by, label_of, plain_setting, varying_keys
-from eval_suite.tables import markdown_table
+from orca_io.tables import markdown_table
 
 METRICS = ("spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")
 SHORT = {"spearman": "Spearman", "kendall": "Kendall", "mae_mean": "MAE", "mae_variance": "MAE var", "nll": "NLL", "roc_auc": "ROC AUC"}

@@ -16,11 +16,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dataset_builder.files import sha256_of
-from dataset_builder.readers import JsonLines
-from dataset_builder.schema import RecordError, unicode_problem, validate_record
 from eval_suite import sharding
-from eval_suite.loading import UsageError, load_model, package_version, reference_fields, resolve_revision
+from eval_suite.loading import UsageError, load_model, reference_fields, resolve_revision
+from orca_io.files import sha256_of
+from orca_io.jsonl import JsonLines
+from orca_io.schema import RecordError, unicode_problem, validate_record
+from orca_io.version import package_version
 
 SCORE_FIELDS = ("orca_mean", "orca_variance", "orca_probs", "orca_score")
 
@@ -215,9 +216,9 @@ def reference_line(line: dict, config, clamped: bool) -> dict:
 def tune_threshold(model, tokenizer, path: Path, max_batch_tokens: int | None) -> dict:
     """Variance threshold maximising rho + tau - MAE on a labelled dev file (variances on the 1-5 scale, the
     scale `predict` compares `clamp_threshold` with)."""
-    from dataset_builder.readers import read_records
     from eval_suite.clamping import tune_on_predictions
     from heads_orca import head_for
+    from orca_io.jsonl import read_records
 
     try:
         records = [r for r in read_records(path).records if r["ratings"]]

@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dataset_builder.files import fsync_dir, open_atomic, write_json_atomic
 from eval_suite.loading import UsageError
+from orca_io.files import fsync_dir, open_atomic, write_json_atomic
 
 
 def group_key(entry, config) -> Any:
@@ -127,7 +127,7 @@ def finalise(output: Path, entries: list, plan: list[list[int]], convert=None) -
     """Merge the shards in input order (checking that each holds exactly its planned entries) and put the result
     in place, each line passed through `convert` when given (the shards stay in this tool's own format, which
     --resume reads); returns the lines in this tool's format."""
-    from dataset_builder.readers import read_jsonl
+    from orca_io.jsonl import read_jsonl
 
     count = len(plan)
     lines: list = [None] * len(entries)

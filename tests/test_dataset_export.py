@@ -5,11 +5,12 @@ import datasets
 import pytest
 from huggingface_hub import DatasetCard
 
-from dataset_builder import CONFIGS, FEATURES, load_config
+from dataset_builder import CONFIGS, load_config
 from dataset_builder.__main__ import main
 from dataset_builder.export import build_repo, size_category
 from dataset_builder.fixtures import write_public_fixture, write_release_dir
 from dataset_builder.hf_builder import OrcaDataset
+from orca_io.schema import FEATURES
 
 S1 = 300
 

@@ -9,11 +9,11 @@ from dataset_builder.readers import (
     read_mmar,
     read_mmau,
     read_nq_open_graded,
-    read_records,
     read_sas_pairs,
     split_aliases,
 )
-from dataset_builder.schema import FLAGS, RecordError
+from orca_io.jsonl import read_records
+from orca_io.schema import FLAGS, RecordError
 
 
 def _release_line(i, **over):
@@ -172,7 +172,7 @@ def test_on_error_is_checked(tmp_path):
 def test_the_one_jsonl_reader_raises_skips_or_keeps_bad_lines_and_stops_after_max_problems(tmp_path):
     from collections import Counter
 
-    from dataset_builder.readers import JsonLines, read_jsonl
+    from orca_io.jsonl import JsonLines, read_jsonl
 
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{not json\n"text"\n\xff\xfe\n[1, 2]\n{"b": 2}')  # BOM, no final newline

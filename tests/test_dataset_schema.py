@@ -4,14 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataset_builder.schema import (
-    FEATURES,
-    FIELDS,
-    FLAGS,
-    RecordError,
-    make_record,
-    validate_record,
-)
+from orca_io.schema import FEATURES, FIELDS, FLAGS, RecordError, make_record, validate_record
 
 RELEASE = {"id": "x1", "question": "Q?", "reference": "dog", "candidate": "a dog", "rationale": "barks",
            "ratings": [4, 5, 5]}

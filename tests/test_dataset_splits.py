@@ -3,8 +3,8 @@ from collections import Counter
 
 import pytest
 
-from dataset_builder.schema import make_record
 from dataset_builder.splits import NUM_FOLDS, holdout_pairs, make_splits, question_parts, scenario_b
+from orca_io.schema import make_record
 
 MODELS = ["m1", "m2", "m3", "m4", "m5"]
 

@@ -5,8 +5,8 @@ import numpy as np
 
 from dataset_builder.benchmark import RuleRater, build_s2, mentioned_choices, rule_panel
 from dataset_builder.filters import apply_filters
-from dataset_builder.schema import make_record, validate_record
 from dataset_builder.synthetic import generate_s1, number_words
+from orca_io.schema import make_record, validate_record
 
 
 def test_s1_is_seeded_and_valid():

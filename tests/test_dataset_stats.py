@@ -1,7 +1,7 @@
 import pytest
 
-from dataset_builder.schema import make_record
 from dataset_builder.stats import alpha, summarize
+from orca_io.schema import make_record
 
 
 def _items(*ratings):

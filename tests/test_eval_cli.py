@@ -90,7 +90,7 @@ def score(model_dir, inp, out, *extra) -> dict:
 def test_every_line_in_order_with_predict_scores_and_summary(tmp_path, model_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    from dataset_builder.schema import validate_record
+    from orca_io.schema import validate_record
 
     lines = make_lines(10, 0) + make_lines(4, 1, labelled=False)
     random.Random(2).shuffle(lines)
@@ -146,7 +146,7 @@ def test_shard_plan_keeps_groups_whole_balanced_and_deterministic(seed):
 
 def test_group_key_is_the_text_before_the_candidate():
     from configuration_orca import OrcaConfig
-    from dataset_builder.schema import validate_record
+    from orca_io.schema import validate_record
 
     def key(line: int, **change) -> object:
         obj = {"id": "a", "question": "Which animal?", "reference": "dog", "rationale": "A call.", "candidate": "a dog"}
@@ -175,7 +175,7 @@ def test_finalise_merges_in_input_order_and_refuses_a_shard_off_plan(tmp_path):
 def test_answers_sorted_by_system_are_scored_question_by_question_in_input_order(tmp_path, model_dir, monkeypatch):
     from transformers import AutoModel, AutoTokenizer
 
-    from dataset_builder.schema import validate_record
+    from orca_io.schema import validate_record
 
     lines = by_system(4, "ABC", 11)
     inp = write_jsonl(tmp_path / "in.jsonl", lines)
@@ -276,8 +276,8 @@ def test_clamp_modes(tmp_path, model_dir):
 def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    from dataset_builder.schema import validate_record
     from eval_suite.clamping import tune_clamp_threshold
+    from orca_io.schema import validate_record
 
     dev_lines = make_lines(40, 6)
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True)

@@ -108,8 +108,8 @@ def test_report_from_test_predictions_has_every_table_and_plot(runs, tmp_path):
 def test_report_scores_a_test_file_with_each_final_model(runs, tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
-    from dataset_builder.readers import read_records
     from eval_suite.metrics import compute_metrics
+    from orca_io.jsonl import read_records
 
     out = tmp_path / "out"
     test_file = runs["test_file"]

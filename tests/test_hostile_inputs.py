@@ -15,13 +15,13 @@ import test_eval_cli
 from test_leaderboard import answers_with, question_rows, write_sub
 from test_leaderboard_app import make_lb
 
-from dataset_builder.readers import JsonLines, read_records
-from dataset_builder.schema import MAX_DEPTH, RecordError, validate_record
 from eval_suite import cli, scoring, sharding
 from eval_suite.leaderboard.access import Access, log_path
 from eval_suite.leaderboard.data import SubmissionError, load_questions, read_submission
 from eval_suite.leaderboard.store import StoreError, read_record
 from eval_suite.loading import UsageError
+from orca_io.jsonl import JsonLines, read_records
+from orca_io.schema import MAX_DEPTH, RecordError, validate_record
 
 model_dir = test_eval_cli.model_dir  # the fixture: a tiny random ORCA saved as a folder
 GOOD = {"id": "a", "question": "Which animal?", "reference": "dog", "candidate": "a dog"}

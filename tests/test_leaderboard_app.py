@@ -480,7 +480,7 @@ def test_plots_show_the_top_entries_of_a_board_of_1500(tmp_path, questions):
 
 def test_push_leaderboard_dry_run_writes_a_space_folder(tmp_path, monkeypatch):
     import push_to_hub
-    from eval_suite.loading import package_version
+    from orca_io.version import package_version
 
     out = tmp_path / "space"
     qfile = tmp_path / "mmau.json"

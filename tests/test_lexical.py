@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dataset_builder.filters import apply_filters
-from dataset_builder.schema import validate_record
+from orca_io.schema import validate_record
 
 wordnet = pytest.importorskip("dataset_builder.wordnet")
 try:

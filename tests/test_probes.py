@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import tiny_llama_orca
 
-from dataset_builder.readers import read_records
-from dataset_builder.schema import RecordError, validate_record
 from eval_suite import probes as probe_suite
+from orca_io.jsonl import read_records
+from orca_io.schema import RecordError, validate_record
 
 REPO = Path(__file__).resolve().parents[1]
 

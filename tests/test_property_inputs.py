@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from configuration_orca import OrcaConfig
-from dataset_builder.readers import read_records
-from dataset_builder.schema import _STR_FIELDS, FLAGS, REQUIRED, STAGES, RecordError, validate_record
 from eval_suite import cli, scoring
 from eval_suite.leaderboard.data import SubmissionError, read_submission
+from orca_io.jsonl import read_records
+from orca_io.schema import _STR_FIELDS, FLAGS, REQUIRED, STAGES, RecordError, validate_record
 from processing_orca import format_input, input_fields, reference_list
 
 SETTINGS = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])

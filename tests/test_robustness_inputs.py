@@ -30,11 +30,11 @@ import pytest
 from conftest import tiny_llama_orca
 
 from dataset_builder.filters import MAX_CHARS, REASON_LONG, REASON_UNRATED
-from dataset_builder.readers import iter_records, read_records
-from dataset_builder.schema import RecordError
 from eval_suite import cli, scoring, sharding
 from eval_suite import leaderboard as lb
 from eval_suite.leaderboard.data import SubmissionError, read_submission
+from orca_io.jsonl import iter_records, read_records
+from orca_io.schema import RecordError
 
 REPO = Path(__file__).resolve().parents[1]
 BOM = b"\xef\xbb\xbf"
@@ -235,7 +235,7 @@ def test_reader_every_line_bad_is_an_error_in_skip_mode_too(tmp_path):
 
 
 def test_validate_record_does_not_modify_its_input_and_accepts_tuples():
-    from dataset_builder.schema import validate_record
+    from orca_io.schema import validate_record
 
     ratings = [4.0, 2]
     obj = record("a", ratings=ratings)
@@ -245,7 +245,7 @@ def test_validate_record_does_not_modify_its_input_and_accepts_tuples():
 
 
 def test_lone_surrogate_in_an_extra_key_is_named():
-    from dataset_builder.schema import validate_record
+    from orca_io.schema import validate_record
 
     with pytest.raises(RecordError, match=r"field 'metadata': not valid Unicode .* in a key outside the schema"):
         validate_record(json.loads('{"id": "a", "question": "q", "reference": "r", "candidate": "c", "note": "\\udfff"}'))

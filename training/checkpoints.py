@@ -3,7 +3,7 @@
 `checkpoints/STAGE/latest/`: accelerate's save_state (trained weights, optimizer, scheduler, every process's RNG)
 and `trainer_state.json`, the stage's progress (step, data position, evaluations, early stopping), which is read
 back from that JSON: no resume unpickles anything. `checkpoints/STAGE/best/`: the trained weights of the best dev
-evaluation. Folders are swapped by dataset_builder.files.replace_dir; `recover_checkpoints` finishes or undoes a swap
+evaluation. Folders are swapped by orca_io.files.replace_dir; `recover_checkpoints` finishes or undoes a swap
 that a kill interrupted, before anything reads them.
 """
 
@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dataset_builder.files import recover_dir, replace_dir, save_dir_atomic, write_json_atomic
+from orca_io.files import recover_dir, replace_dir, save_dir_atomic, write_json_atomic
 from training.model import load_trainable_state, trainable_names
 from training.schedule import EarlyStopping
 

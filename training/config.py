@@ -341,6 +341,6 @@ def override_help() -> str:
 
 def flat_config(cfg: dict) -> dict:
     """The run config as flat `a.b.c` keys with scalar values (what trackers' hyperparameter tables take)."""
-    from eval_suite.tables import flatten
+    from orca_io.tables import flatten
 
     return flatten(cfg, leaf=lambda value: value if isinstance(value, bool | int | float | str) else json.dumps(value))

@@ -20,7 +20,7 @@ def load_stage_data(stage: dict, cfg: dict) -> dict[str, list[dict]]:
     """Records of a stage: a dataset_builder config, or JSONL files of the record schema / the release format."""
     if "files" in stage:
         from dataset_builder.filters import apply_filters
-        from dataset_builder.readers import read_records
+        from orca_io.jsonl import read_records
 
         out = {}
         for split, path in stage["files"].items():

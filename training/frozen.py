@@ -113,7 +113,7 @@ def train_curriculum_frozen(cfg: dict, model, tokenizer, accelerator, run_dir: P
     the head trains in seconds (`accelerator` is taken for the signature `train_curriculum` has)."""
     from safetensors.torch import load_file, save_file
 
-    from dataset_builder.files import write_json_atomic
+    from orca_io.files import write_json_atomic
 
     if accelerator.num_processes > 1:
         raise SystemExit("training.frozen_backbone runs in one process (the head trains in seconds): launch without accelerate")

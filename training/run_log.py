@@ -52,7 +52,7 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from eval_suite.loading import package_version
+    from orca_io.version import package_version
 
     return {
         "orca": package_version(), "python": platform.python_version(), "torch": torch.__version__,

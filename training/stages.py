@@ -200,7 +200,7 @@ def train_curriculum(cfg: dict, model, tokenizer, accelerator, run_dir: Path, re
     an interruption gets its best weights restored and is not trained again. Stage summaries (with dev and test
     scores on at most max_dev_items items) go to progress.json. Returns (progress, the last stage's data, None: the
     final model is the judge of the final evaluation)."""
-    from dataset_builder.files import write_json_atomic
+    from orca_io.files import write_json_atomic
     from training.data import load_stage_data
 
     t = cfg["training"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dataset_builder.files import write_bytes_atomic, write_json_atomic
+from orca_io.files import write_bytes_atomic, write_json_atomic
 
 logger = logging.getLogger("orca.train")
 

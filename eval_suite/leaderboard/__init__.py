@@ -23,7 +23,8 @@ import numpy as np
 
 from dataset_builder.filters import MAX_CHARS
 from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.loading import UsageError, load_model, package_version, resolve_revision
+from eval_suite.loading import UsageError, load_model, resolve_revision
+from orca_io.version import package_version
 
 from .data import (
     BENCHMARKS,

@@ -25,9 +25,10 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dataset_builder.files import replace_dir
 from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.loading import UsageError, load_model, package_version, resolve_revision
+from eval_suite.loading import UsageError, load_model, resolve_revision
+from orca_io.files import replace_dir
+from orca_io.version import package_version
 
 from . import add_ranking_arguments, board_meta, build_leaderboard, judge_meta, score_answers
 from .access import DEFAULT_DAILY_LIMIT, Access, admins_from_env, log_path, login_wanted

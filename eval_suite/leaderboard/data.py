@@ -13,8 +13,9 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataset_builder.readers import JsonLines, read_lalm_outputs, read_mmar, read_mmau
-from dataset_builder.schema import RecordError, validate_record
+from dataset_builder.readers import read_lalm_outputs, read_mmar, read_mmau
+from orca_io.jsonl import JsonLines
+from orca_io.schema import RecordError, validate_record
 
 REPO = Path(__file__).resolve().parents[2]
 

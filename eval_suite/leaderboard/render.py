@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from eval_suite.tables import markdown_table
+from orca_io.tables import markdown_table
 
 from .data import slugify
 
@@ -346,7 +346,7 @@ def write_outputs(out: Path, meta: dict, board: dict, questions) -> dict:
     plots = write_plots(out / "plots", entries, meta["settings"]["uncertainty_threshold"])
     public = public_entries(board)
     result = {**meta, "entries": public, "doubtful": board["doubtful"], "plots": [f"plots/{p}" for p in plots]}
-    # plain writes: the web app builds this folder staged and swaps it in whole (dataset_builder.files.staged_dir)
+    # plain writes: the web app builds this folder staged and swaps it in whole (orca_io.files.staged_dir)
     (out / "leaderboard.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "leaderboard.md").write_text(render_markdown(meta, public, board["doubtful"]), encoding="utf-8")
     (out / "index.html").write_text(render_html(meta, public, board["doubtful"], plots), encoding="utf-8")

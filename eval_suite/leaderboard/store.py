@@ -13,7 +13,7 @@ KEY is the slug of the name as first submitted and the digest of the name as com
 A change is staged as complete files first. With a repository it is uploaded as one commit on top of the commit
 this copy was synced to (`parent_commit`): if the upload fails nothing is committed and the local folder is left
 as it was; if another writer committed first (HTTP 412), the copy is re-synced and `StoreConflict` says so, for
-the caller to decide again. Local files are then written one by one atomically (`dataset_builder.files`: fsync,
+the caller to decide again. Local files are then written one by one atomically (`orca_io.files`: fsync,
 rename, fsync the folder), the record last.
 """
 
@@ -27,8 +27,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dataset_builder.files import write_bytes_atomic
-from dataset_builder.schema import MAX_DEPTH, too_deep
+from orca_io.files import write_bytes_atomic
+from orca_io.schema import MAX_DEPTH, too_deep
 
 from .data import name_key, slugify
 
