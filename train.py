@@ -65,7 +65,7 @@ def make_accelerator(cfg: dict):
 def run(cfg: dict, resume: bool = False) -> dict:
     from accelerate.utils import set_seed
 
-    from eval_suite.final_eval import (
+    from eval_suite.report.final_eval import (
         final_evaluation,
         out_of_domain,
         print_table,

@@ -18,7 +18,7 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 from transformers.utils import logging as _hf_logging  # noqa: E402
 
-from eval_suite.reference_checkpoint import REFERENCE_TEMPLATE  # noqa: E402
+from eval_suite.models.reference_checkpoint import REFERENCE_TEMPLATE  # noqa: E402
 
 _hf_logging.set_verbosity_error()
 _hf_logging.disable_progress_bar()
@@ -55,8 +55,8 @@ def load_records(n: int, data_dir: str | None = None, config: str = "s3_evouna_n
 def backbone_folder(name: str, tmp: Path) -> tuple[str, str]:
     """(folder, pooling) of a benchmark backbone. `tiny-llama` is a random 2-layer Llama with SmolLM2's tokenizer
     (for smoke runs)."""
-    from eval_suite.backbones import BACKBONES as OFFLINE
-    from eval_suite.backbones import minilm_path, smollm2_path
+    from eval_suite.models.backbones import BACKBONES as OFFLINE
+    from eval_suite.models.backbones import minilm_path, smollm2_path
 
     if name in ("smollm2", "gemma3-270m", "qwen2.5-coder-1.5b-instruct"):
         return str(OFFLINE[name]()), "last"

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from dataset_builder import load_config
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
 
     model, tokenizer = load_model(args.model, device="cpu")
     base = copy.deepcopy(model.config)

@@ -1,5 +1,5 @@
 """Cost per item: ORCA (one forward pass per item, shared prefixes computed once) against the LLM-judge baseline
-(eval_suite.llm_judge: a chat prompt per item and greedy generation of a 'Rating: N' reply) on the same items,
+(eval_suite.baselines.llm_judge: a chat prompt per item and greedy generation of a 'Rating: N' reply) on the same items,
 with the same backbone (SmolLM2-135M-Instruct) on this CPU.
 
     .venv/bin/python benchmarks/bench_judge_cost.py            # 100 EVOUNA-NQ answers, judge batch 8, 16 new tokens
@@ -22,13 +22,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--backbone", default="smollm2", choices=[b for b in BACKBONES if b != "minilm"])
-    p.add_argument("--condition", default="ref_question", help="judge prompting condition (eval_suite.llm_judge)")
+    p.add_argument("--condition", default="ref_question", help="judge prompting condition (eval_suite.baselines.llm_judge)")
     p.add_argument("--judge-batch-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
-    from eval_suite.llm_judge import judge_records, load_judge
+    from eval_suite.baselines.llm_judge import judge_records, load_judge
 
     records = load_records(args.n)
     print(f"{len(records)} answers, {len({r['question'] for r in records})} questions; {torch.get_num_threads()} threads; {load_line()}", flush=True)

@@ -1,7 +1,7 @@
 """The probe suite on one model: accuracy overall, per question type and per kind, and the failing cases.
 
     .venv/bin/python benchmarks/bench_probes.py --model runs/quickstart/final --json runs/probes.json
-Last line: `probe_accuracy=X (P/N) worst_type=TYPE:Y`. The cases and the pass rule: eval_suite/probes.py.
+Last line: `probe_accuracy=X (P/N) worst_type=TYPE:Y`. The cases and the pass rule: eval_suite/report/probes.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from _common import load_line, run_info  # sets the offline defaults and puts the repository on sys.path
 
-from eval_suite.probes import PROBES_DIR, load_probes, probe_files, score_probes, summarise
+from eval_suite.report.probes import PROBES_DIR, load_probes, probe_files, score_probes, summarise
 
 
 def _fmt(tally: dict) -> str:
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the summary and every probe's row here")
     args = p.parse_args(argv)
 
-    from eval_suite.loading import load_model, resolve_revision
+    from eval_suite.models.loading import load_model, resolve_revision
     from orca_io.files import write_json_atomic
 
     records = load_probes(args.probes)

@@ -23,7 +23,7 @@ import numpy as np
 from _common import run_info
 
 from eval_suite.metrics import judge_agreement
-from eval_suite.probes import load_probes
+from eval_suite.report.probes import load_probes
 from modeling_orca import unit_to_rating
 from orca_io.jsonl import read_jsonl
 

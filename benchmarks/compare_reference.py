@@ -75,8 +75,8 @@ def build_reference_checkpoint(root: Path, score_type: str, lora: bool, seed: in
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval_suite.backbones import smollm2_path
-    from eval_suite.reference_checkpoint import REFERENCE_HEADS
+    from eval_suite.models.backbones import smollm2_path
+    from eval_suite.models.reference_checkpoint import REFERENCE_HEADS
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
@@ -164,7 +164,7 @@ def main() -> None:
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} exists and is not empty")
     out.mkdir(parents=True, exist_ok=True)
-    from eval_suite.reference_checkpoint import REFERENCE_EDGE_RECORDS
+    from eval_suite.models.reference_checkpoint import REFERENCE_EDGE_RECORDS
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
@@ -186,7 +186,7 @@ def main() -> None:
              "--data_jsonl", str(out / f"{name}.jsonl"), "--output_dir", str(out / "reference"), "--cpu",
              "--batch_size", str(args.batch_size), "--do_not_evaluate"], env=ref_env, cwd=checkout, log=out / f"reference_{name}.log")
         runs[f"ours_{name}"] = measure(
-            [sys.executable, "-m", "eval_suite.cli", "--model", str(converted), "--input", str(out / f"{name}.jsonl"),
+            [sys.executable, "-m", "eval_suite.scoring.cli", "--model", str(converted), "--input", str(out / f"{name}.jsonl"),
              "--output", str(out / f"ours_{name}.jsonl"), "--output-format", "reference", "--device", "cpu",
              "--max-batch-tokens", str(args.batch_size * 256), "--quiet"], env=env, cwd=REPO, log=out / f"ours_{name}.log")
         results[name] = compare(read_jsonl(out / "reference" / name / "final_result.jsonl"), read_jsonl(out / f"ours_{name}.jsonl"))

@@ -47,9 +47,9 @@ import accelerate  # noqa: E402, F401
 import scipy.stats  # noqa: E402, F401
 import transformers  # noqa: E402, F401
 
-import eval_suite.cli  # noqa: E402, F401
 import eval_suite.leaderboard.app  # noqa: E402, F401
 import eval_suite.metrics  # noqa: E402, F401
+import eval_suite.scoring.cli  # noqa: E402, F401
 
 WORDS = "dog cat cow owl frog horse sheep goat bird fish lion bear wolf fox deer".split()
 
@@ -170,7 +170,7 @@ def tiny_model(folder: Path) -> Path:
     from transformers import AutoTokenizer
 
     from configuration_orca import OrcaConfig
-    from eval_suite.backbones import minilm_path
+    from eval_suite.models.backbones import minilm_path
     from modeling_orca import OrcaForCorrectnessDistribution
     from training.model import tiny_backbone_config
 
@@ -225,7 +225,7 @@ def first_difference(got: list[str], want: list[str], atol: float = 1e-6) -> str
 
 
 def scoring_matrix(work: Path, model: Path, n_points: int, rng: random.Random) -> dict:
-    from eval_suite import cli
+    from eval_suite.scoring import cli
 
     inp = score_input(work / "in.jsonl", 12)
     ids = [json.loads(x)["id"] for x in inp.read_text().splitlines()]
@@ -291,7 +291,7 @@ def leaderboard_matrix(work: Path, model_dir: Path, n_points: int, rng: random.R
     from eval_suite.leaderboard.app import Leaderboard
     from eval_suite.leaderboard.data import load_questions, name_key
     from eval_suite.leaderboard.store import ResultStore
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
 
     questions = {"mmau-test-mini": load_questions("mmau-test-mini", questions=mmau_questions(work / "q.json", 8))}
     settings = argparse.Namespace(uncertainty_threshold=1.0, doubtful_threshold=None, doubtful_top=5, bootstrap=50,
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
         work = Path(tmp)
         model = work / "orca-tiny"
         tiny_model(model)
-        from eval_suite.loading import load_model
+        from eval_suite.models.loading import load_model
 
         load_model(str(model), device="cpu")  # transformers' lazy imports happen here once, not in every run
         result = {"seed": args.seed, "points_requested": args.points}

@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from eval_suite import cli, scoring  # noqa: E402
 from eval_suite.leaderboard import build_leaderboard  # noqa: E402
 from eval_suite.leaderboard.data import Question, Submission, SubmissionError, meta_path, read_submission  # noqa: E402
 from eval_suite.leaderboard.store import read_record  # noqa: E402
-from eval_suite.loading import UsageError  # noqa: E402
+from eval_suite.models.loading import UsageError  # noqa: E402
+from eval_suite.scoring import cli, scorer  # noqa: E402
 from orca_io.jsonl import JsonLines, read_records  # noqa: E402
 from orca_io.schema import FLAGS, STAGES, RecordError, too_deep, validate_record  # noqa: E402
 
@@ -169,7 +169,7 @@ def orca_reader_target(lines: list[bytes]) -> str:
     with tempfile.TemporaryDirectory() as d:
         path = write_lines(Path(d), "in.jsonl", lines)
         try:
-            entries, blank = scoring.read_entries(path, "skip")
+            entries, blank = scorer.read_entries(path, "skip")
         except UsageError as e:
             assert "no record" in str(e), str(e)
             return "error"
@@ -178,10 +178,10 @@ def orca_reader_target(lines: list[bytes]) -> str:
             assert (entry.record is None) != (entry.error is None)
             if entry.error:
                 assert starts_with_place(entry.error, path), entry.error
-            out = scoring.output_line(entry, {"mean": 3.0, "variance": 1.0, "probs": [0.2] * 5, "score": 0.5})
+            out = scorer.output_line(entry, {"mean": 3.0, "variance": 1.0, "probs": [0.2] * 5, "score": 0.5})
             json.dumps(out, ensure_ascii=False, allow_nan=False).encode("utf-8")
         try:
-            scoring.read_entries(path, "raise")
+            scorer.read_entries(path, "raise")
         except UsageError as e:
             assert str(e).startswith(f"{path}:"), str(e)
             return "error"
@@ -240,8 +240,8 @@ def orca_score_target(layout) -> str:
         argv = ["--model", "m", "--input", inp, "--output", out, "--on-error", on_error, "--no-progress"]
         argv += ["--summary", summary] if summary else []
         argv += ["--tune-clamp-on", tune] if tune else []
-        real_load = scoring.load_model
-        scoring.load_model = lambda *a, **k: (_ for _ in ()).throw(ModelLoaded())
+        real_load = scorer.load_model
+        scorer.load_model = lambda *a, **k: (_ for _ in ()).throw(ModelLoaded())
         try:
             cli.main(argv)
         except SystemExit as e:
@@ -260,7 +260,7 @@ def orca_score_target(layout) -> str:
                     assert os.path.realpath(p) != os.path.realpath(q)
             outcome = "ok"
         finally:
-            scoring.load_model = real_load
+            scorer.load_model = real_load
         after = {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()}
         assert after == before, "a file was written or changed before the model loaded"
         return outcome

@@ -179,7 +179,7 @@ def main(argv=None) -> int:
 
     from transformers import AutoTokenizer
 
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
     from processing_orca import set_pad_token
 
     tokenizer = set_pad_token(AutoTokenizer.from_pretrained(smollm2_path()), "smollm2")

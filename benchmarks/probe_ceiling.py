@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from _common import REPO  # sets the offline defaults and puts the repository on sys.path
 
-from eval_suite.probes import labels, load_probes
+from eval_suite.report.probes import labels, load_probes
 
 
 def split_questions(probes: list[dict]) -> dict[str, list[str]]:

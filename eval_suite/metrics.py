@@ -292,9 +292,9 @@ def prediction_metrics(preds: Sequence[dict], human_ratings: Sequence[Sequence[i
 
 
 def baseline_metrics(records: Sequence[dict], names: Sequence[str], **kwargs) -> dict[str, dict]:
-    """`compute_metrics` of each named baseline of `eval_suite.baselines` (scores on [0, 1], mapped to 1-5)
+    """`compute_metrics` of each named baseline of `eval_suite.baselines.similarity` (scores on [0, 1], mapped to 1-5)
     on the records that have human ratings: the one baseline helper of training and orca-eval."""
-    from eval_suite.baselines import BASELINES
+    from eval_suite.baselines.similarity import BASELINES
     from modeling_orca import unit_to_rating
 
     unknown = [n for n in names if n not in BASELINES]

@@ -19,7 +19,7 @@ SHARED_DATA = Path(os.environ.get("ORCA_DATA_DIR", REPO.parent / "shared" / "dat
 def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
 
     return AutoTokenizer.from_pretrained(smollm2_path())
 
@@ -28,7 +28,7 @@ def smollm2_tokenizer():
 def bert_tokenizer():
     from transformers import AutoTokenizer
 
-    from eval_suite.backbones import minilm_path
+    from eval_suite.models.backbones import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
@@ -46,7 +46,7 @@ def tiny_llama_orca(**config_kwargs):
     from transformers import AutoTokenizer
 
     from configuration_orca import OrcaConfig
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
     from modeling_orca import OrcaForCorrectnessDistribution
     from processing_orca import set_pad_token
     from training.model import tiny_backbone_config

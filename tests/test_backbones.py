@@ -9,7 +9,7 @@ from importlib.resources import files
 import pytest
 import torch
 
-from eval_suite import backbones
+from eval_suite.models import backbones
 
 
 def sha256(path) -> str:

@@ -118,7 +118,7 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
     import numpy as np
     from scipy.stats import spearmanr
 
-    from eval_suite.probes import load_probes
+    from eval_suite.report.probes import load_probes
 
     rng = np.random.default_rng(0)
     human = rng.integers(1, 6, size=40)
@@ -173,7 +173,7 @@ def test_compare_judges_pairs_the_runs_items_against_scipy(tmp_path):
 
 def test_first_examples_are_valid_scoring_input():
     """benchmarks/first_examples.jsonl (the README's first examples) reads as orca-score reads its input."""
-    from eval_suite.scoring import read_entries
+    from eval_suite.scoring.scorer import read_entries
 
     entries, blank = read_entries(REPO / "benchmarks" / "first_examples.jsonl", "raise")
     assert blank == 0 and len(entries) == 6
@@ -182,7 +182,7 @@ def test_first_examples_are_valid_scoring_input():
 def test_probe_ceiling_keeps_the_held_out_questions_out_of_train(shared_data, tmp_path):
     import numpy as np
 
-    from eval_suite.probes import labels, load_probes
+    from eval_suite.report.probes import labels, load_probes
 
     out = tmp_path / "data"
     run("probe_ceiling.py", "write", "--out", str(out), "--repeat", "2")

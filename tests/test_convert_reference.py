@@ -19,8 +19,8 @@ import yaml
 
 import push_to_hub
 import training.model
-from eval_suite import reference_checkpoint
-from eval_suite.reference_checkpoint import REFERENCE_EDGE_RECORDS
+from eval_suite.models import reference_checkpoint
+from eval_suite.models.reference_checkpoint import REFERENCE_EDGE_RECORDS
 
 HEAD_OUTPUTS = {"beta": 2, "multinomial": 5, "bernoulli": 2}
 
@@ -153,7 +153,7 @@ def test_converted_checkpoint_gives_the_reference_numbers_on_every_edge_record(s
 
 
 def test_orca_score_writes_the_reference_fields_and_scale(converted, base_lm, tmp_path):
-    from eval_suite import cli
+    from eval_suite.scoring import cli
 
     src, out = converted
     inp = tmp_path / "edge.jsonl"

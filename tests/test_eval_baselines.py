@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval_suite import baselines
-from eval_suite.baselines import BASELINES, normalize_answer
+from eval_suite.baselines import similarity
+from eval_suite.baselines.similarity import BASELINES, normalize_answer
 
 
 def rec(candidate: str, *reference: str, question: str = "What is heard?") -> dict:
@@ -27,7 +27,7 @@ def test_normalize_answer():
 
 def test_exact_match_uses_normalisation_and_aliases():
     records = [rec("The dog.", "dog"), rec("a cat", "dog", "Cat"), rec("dogs", "dog")]
-    assert baselines.exact_match(records) == [1.0, 1.0, 0.0]
+    assert similarity.exact_match(records) == [1.0, 1.0, 0.0]
 
 
 def test_contains_is_whole_word():
@@ -37,15 +37,15 @@ def test_contains_is_whole_word():
         rec("the big red car", "red car"),
         rec("anything", "the"),  # reference normalises to "" and must not match everything
     ]
-    assert baselines.contains(records) == [1.0, 0.0, 1.0, 0.0]
+    assert similarity.contains(records) == [1.0, 0.0, 1.0, 0.0]
 
 
 def test_token_f1_by_hand():
     # candidate tokens {big, red, dog}, reference {red, dog}: P = 2/3, R = 1, F1 = 0.8
-    assert baselines.token_f1([rec("the big red dog", "a red dog")]) == [pytest.approx(0.8)]
+    assert similarity.token_f1([rec("the big red dog", "a red dog")]) == [pytest.approx(0.8)]
     # duplicates count once per occurrence in both: P = 1/3, R = 1/2
-    assert baselines.token_f1([rec("dog dog cat", "dog bird")]) == [pytest.approx(0.4)]
-    assert baselines.token_f1([rec("nothing", "dog", "nothing at all")]) == [
+    assert similarity.token_f1([rec("dog dog cat", "dog bird")]) == [pytest.approx(0.4)]
+    assert similarity.token_f1([rec("nothing", "dog", "nothing at all")]) == [
         pytest.approx(2 * (1 / 3) / (4 / 3))
     ]
 
@@ -62,12 +62,12 @@ def test_rouge_l_matches_hand_lcs():
     cand, ref = "the cat sat on the mat", "a cat was on the mat today"
     n = lcs(cand.split(), ref.split())  # cat on the mat = 4
     p, r = n / 6, n / 7
-    assert baselines.rouge_l([rec(cand, ref)]) == [pytest.approx(2 * p * r / (p + r))]
+    assert similarity.rouge_l([rec(cand, ref)]) == [pytest.approx(2 * p * r / (p + r))]
 
 
 def test_bleu_bounds_and_alias_max():
     same, other = "a dog is barking loudly outside", "violin music plays softly here"
-    scores = baselines.bleu([rec(same, same), rec(same, other), rec(same, other, same)])
+    scores = similarity.bleu([rec(same, same), rec(same, other), rec(same, other, same)])
     assert scores[0] == pytest.approx(1.0)
     assert scores[1] == pytest.approx(0.0, abs=0.05)
     assert scores[2] == pytest.approx(1.0)
@@ -93,13 +93,13 @@ def test_embedding_cosine_is_semantic_and_padding_invariant():
         rec("A dog is barking loudly", "an orchestra playing classical music in a concert hall"),
         rec("rain falling on a tin roof", "rain falling on a tin roof"),
     ]
-    scores = baselines.embedding_cosine(records)
+    scores = similarity.embedding_cosine(records)
     assert scores[0] > scores[1] + 0.3
     assert scores[2] == pytest.approx(1.0, abs=1e-5)
     # batch of mixed lengths (padded) must embed like one sentence at a time: the mask must work
     texts = ["short", "a much longer sentence that forces padding of the short one"]
-    np.testing.assert_allclose(baselines.embed(texts), baselines.embed(texts, batch_size=1), atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(baselines.embed(texts), axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(similarity.embed(texts), similarity.embed(texts, batch_size=1), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(similarity.embed(texts), axis=1), 1.0, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -113,4 +113,4 @@ def test_embedding_cosine_is_semantic_and_padding_invariant():
 )
 def test_bad_records_fail_clearly(record, error):
     with pytest.raises(error, match="record 0"):
-        baselines.exact_match([record])
+        similarity.exact_match([record])

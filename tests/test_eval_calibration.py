@@ -1,4 +1,4 @@
-"""The dev calibration of the head (eval_suite.calibration, final_eval.choose_calibration): head outputs recovered
+"""The dev calibration of the head (eval_suite.scoring.calibration, final_eval.choose_calibration): head outputs recovered
 from predictions, the fit against scipy on the same likelihood, folding into a tiny model's head, keep-or-undo."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from scipy import optimize, special
 
 from configuration_orca import OrcaConfig
-from eval_suite.calibration import fit_affine, fold_into_head, head_outputs, shift_direction
+from eval_suite.scoring.calibration import fit_affine, fold_into_head, head_outputs, shift_direction
 from modeling_orca import distribution_statistics
 from tests.conftest import tiny_llama_orca
 
@@ -101,8 +101,8 @@ def test_folding_into_the_head_gives_the_mapped_predictions_and_survives_saving(
 
 
 def test_calibration_is_kept_where_it_helps_dev_and_undone_exactly_where_it_does_not(monkeypatch):
-    from eval_suite import calibration
-    from eval_suite.final_eval import choose_calibration, evaluate_records
+    from eval_suite.report.final_eval import choose_calibration, evaluate_records
+    from eval_suite.scoring import calibration
 
     model, tokenizer = tiny_llama_orca()
     # a head whose items differ along one axis of quality, as a trained judge's mostly do (a random head's differ in

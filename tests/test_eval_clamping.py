@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval_suite.clamping import clamp_scores, tune_clamp_threshold
+from eval_suite.scoring.clamping import clamp_scores, tune_clamp_threshold
 from modeling_orca import rating_to_unit, unit_to_rating
 
 
@@ -95,7 +95,7 @@ def test_errors():
 
 
 def test_tune_on_predictions_is_the_table_row_of_the_tuned_threshold_and_none_when_clamping_does_not_help():
-    from eval_suite.clamping import tune_clamp_threshold, tune_on_predictions
+    from eval_suite.scoring.clamping import tune_clamp_threshold, tune_on_predictions
 
     rng = np.random.default_rng(3)
     human = rng.integers(1, 6, 80).astype(float)

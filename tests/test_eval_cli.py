@@ -1,4 +1,4 @@
-"""orca-score (eval_suite/cli.py) on a tiny random ORCA model saved to a folder: order, validation, clamping,
+"""orca-score (eval_suite/scoring/cli.py) on a tiny random ORCA model saved to a folder: order, validation, clamping,
 scoring question by question (the shard plan), resume after an interruption, and a 2-process `accelerate launch`
 run equal to the single-process one."""
 
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from eval_suite import cli, loading, scoring, sharding
+from eval_suite.models import loading
+from eval_suite.scoring import cli, scorer, sharding
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "dog cat cow owl frog horse sheep goat bird fish lion bear wolf fox deer".split()
@@ -30,7 +31,7 @@ def model_dir(tmp_path_factory):
     from transformers import AutoTokenizer
 
     from configuration_orca import OrcaConfig
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
     from modeling_orca import OrcaForCorrectnessDistribution
     from training.model import tiny_backbone_config
 
@@ -150,16 +151,16 @@ def test_group_key_is_the_text_before_the_candidate():
 
     def key(line: int, **change) -> object:
         obj = {"id": "a", "question": "Which animal?", "reference": "dog", "rationale": "A call.", "candidate": "a dog"}
-        return sharding.group_key(scoring.Entry(line, "", obj | change, validate_record(obj | change)), OrcaConfig())
+        return sharding.group_key(scorer.Entry(line, "", obj | change, validate_record(obj | change)), OrcaConfig())
 
     assert key(1) == key(2, id="b", candidate="a cat") and "Which animal?" in key(1) and "a dog" not in key(1)
     assert key(1) != key(3, reference="cat") and key(1) != key(4, question="Which bird?")
-    bad = [sharding.group_key(scoring.Entry(line, "x", None, None, "bad"), OrcaConfig()) for line in (5, 6)]
+    bad = [sharding.group_key(scorer.Entry(line, "x", None, None, "bad"), OrcaConfig()) for line in (5, 6)]
     assert bad[0] != bad[1]  # lines that failed validation are groups of one
 
 
 def test_finalise_merges_in_input_order_and_refuses_a_shard_off_plan(tmp_path):
-    entries, _ = scoring.read_entries(write_jsonl(tmp_path / "in.jsonl", by_system(2, "AB", 12)), "raise")  # A-0 A-1 B-0 B-1
+    entries, _ = scorer.read_entries(write_jsonl(tmp_path / "in.jsonl", by_system(2, "AB", 12)), "raise")  # A-0 A-1 B-0 B-1
     out = tmp_path / "out.jsonl"
     for plan in ([[0, 2, 1, 3]], [[0, 2], [1, 3]]):
         for k, shard in enumerate(plan):
@@ -276,7 +277,7 @@ def test_clamp_modes(tmp_path, model_dir):
 def test_tune_clamp_on_dev_applies_the_tuned_threshold(tmp_path, model_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    from eval_suite.clamping import tune_clamp_threshold
+    from eval_suite.scoring.clamping import tune_clamp_threshold
     from orca_io.schema import validate_record
 
     dev_lines = make_lines(40, 6)
@@ -393,7 +394,7 @@ def test_two_process_accelerate_launch_equals_single_process(tmp_path, model_dir
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-           "-m", "eval_suite.cli", *common, "--output", str(tmp_path / "multi.jsonl"),
+           "-m", "eval_suite.scoring.cli", *common, "--output", str(tmp_path / "multi.jsonl"),
            "--summary", str(tmp_path / "multi.summary.json")]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -423,9 +424,9 @@ def test_dtype_bfloat16_loads_and_scores_close_to_float32(tmp_path, model_dir):
 
 
 def test_model_flags_are_shared_with_visible_defaults_and_help_lists_the_input_fields(capsys):
-    from eval_suite import report
+    from eval_suite.report import cli as orca_eval
 
-    for parser in (cli.build_parser(), report.build_parser()):
+    for parser in (cli.build_parser(), orca_eval.build_parser()):
         text = parser.format_help()
         for flag in ("--device", "--dtype", "--max-batch-tokens", "--batch-size", "--quiet"):
             assert flag in text, (parser.prog, flag)
@@ -484,13 +485,13 @@ def test_score_file_from_python_with_score_options_equals_the_cli(tmp_path, mode
     inp = write_jsonl(tmp_path / "in.jsonl", make_lines(6, 3))
     flags = ["--clamp", "off", "--chunk-size", "4"]
     cli_summary = score(model_dir, inp, tmp_path / "cli.jsonl", *flags)
-    options = scoring.ScoreOptions(model=str(model_dir), input=str(inp), output=str(tmp_path / "py.jsonl"), clamp="off",
+    options = scorer.ScoreOptions(model=str(model_dir), input=str(inp), output=str(tmp_path / "py.jsonl"), clamp="off",
                                    chunk_size=4, no_progress=True)
-    summary, notes = scoring.score_file(options)
+    summary, notes = scorer.score_file(options)
     assert read_jsonl(tmp_path / "py.jsonl") == read_jsonl(tmp_path / "cli.jsonl") and notes == []
     parsed = cli.build_parser().parse_args(["--model", "m", "--input", "i", "--output", "o"])
     assert list(summary["config"]["args"]) == list(cli_summary["config"]["args"]) == list(vars(parsed))
     differ = {k for k, v in summary["config"]["args"].items() if cli_summary["config"]["args"][k] != v}
     assert differ == {"output", "summary"}
     assert summary["system"] == cli_summary["system"] and summary["model"] == cli_summary["model"]
-    assert scoring.ScoreOptions.from_namespace(parsed) == scoring.ScoreOptions(model="m", input="i", output="o")
+    assert scorer.ScoreOptions.from_namespace(parsed) == scorer.ScoreOptions(model="m", input="i", output="o")

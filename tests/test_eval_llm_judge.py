@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval_suite.llm_judge import (
+from eval_suite.baselines.llm_judge import (
     CONDITIONS,
     JudgeResult,
     average_of_judges,
@@ -251,8 +251,8 @@ def test_fusion_learns_weights_and_calibrates_on_dev():
 
 @pytest.mark.real
 def test_smollm2_judge_on_eight_records():
-    from eval_suite.backbones import smollm2_path
-    from eval_suite.llm_judge import load_judge
+    from eval_suite.baselines.llm_judge import load_judge
+    from eval_suite.models.backbones import smollm2_path
 
     model, tokenizer = load_judge(smollm2_path())
     torch.set_num_threads(2)

@@ -11,7 +11,7 @@ from dataset_builder import load_config
 from dataset_builder.configs import OOD_SETS, held_out_answerers, ood_sets
 from dataset_builder.fixtures import write_public_fixture
 from eval_suite.metrics import judge_agreement, mean_calibration
-from eval_suite.ood import distribution_median, judge_sets, ood_markdown, ood_slices
+from eval_suite.report.ood import distribution_median, judge_sets, ood_markdown, ood_slices
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -184,7 +184,7 @@ def test_train_out_of_domain_writes_tables_and_predictions(tmp_path, smollm2_tok
     import training.config
     import training.model
     from configuration_orca import OrcaConfig
-    from eval_suite import final_eval
+    from eval_suite.report import final_eval
     from modeling_orca import OrcaForCorrectnessDistribution
 
     data = write_public_fixture(tmp_path / "data", n=30)

@@ -1,4 +1,4 @@
-"""orca-eval (eval_suite/report.py) on tiny train.py runs: every table and plot, fold grouping, ablation grouping,
+"""orca-eval (eval_suite/report/cli.py) on tiny train.py runs: every table and plot, fold grouping, ablation grouping,
 per-answerer breakdown and scoring a --test-file through each run's final/ model."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 
 import train
 import training.config
-from eval_suite import report
+from eval_suite.report import cli as orca_eval
 
 ANIMALS = ["dog", "cat", "cow", "owl", "frog", "horse", "sheep", "goat"]
 ANSWERERS = ["model-a", "model-b", "model-c"]
@@ -73,7 +73,7 @@ def check_pngs(out: Path, test_set: str) -> None:
 def test_report_from_test_predictions_has_every_table_and_plot(runs, tmp_path):
     out = tmp_path / "out"
     names = ["f0", "f1", "no-question", "s2-s3"]
-    assert report.main(["--runs", *[str(runs[n]) for n in names], "--out", str(out)]) == 0
+    assert orca_eval.main(["--runs", *[str(runs[n]) for n in names], "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     for header in ("## Heads × test sets", "## Scenario A: mean ± std over folds", "## Scenario B: per answering model",
                    "## Input ablations", "## Curriculum ablations", "## Baselines beside ORCA", "## Per run", "## Plots"):
@@ -113,7 +113,7 @@ def test_report_scores_a_test_file_with_each_final_model(runs, tmp_path):
 
     out = tmp_path / "out"
     test_file = runs["test_file"]
-    assert report.main(["--runs", str(runs["f0"]), str(runs["f1"]), "--out", str(out), "--test-file", str(test_file),
+    assert orca_eval.main(["--runs", str(runs["f0"]), str(runs["f1"]), "--out", str(out), "--test-file", str(test_file),
                         "--baselines", "exact_match", "token_f1"]) == 0
     check_pngs(out, "test-f0")
     tables = json.loads((out / "report.json").read_text())["tables"]
@@ -131,7 +131,7 @@ def test_report_scores_a_test_file_with_each_final_model(runs, tmp_path):
 
 def test_missing_run_folder_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        report.main(["--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+        orca_eval.main(["--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2 and "no run_config.yaml" in capsys.readouterr().err
 
 
@@ -148,7 +148,7 @@ def test_report_ood_scores_each_final_model_on_the_out_of_domain_sets(runs, tmp_
     cfg["data"]["data_dir"] = str(data)
     (run / "run_config.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
-    assert report.main(["--runs", str(run), "--out", str(out), "--ood", "--bootstrap", "20"]) == 0
+    assert orca_eval.main(["--runs", str(run), "--out", str(out), "--ood", "--bootstrap", "20"]) == 0
     ood = json.loads((out / "report.json").read_text())["ood"]["run"]
     assert list(ood["sets"]) == ["in_domain_test", "evouna_nq_heldout", "nq_open_graded", "nq_open_sas"]
     judges = ood["sets"]["nq_open_graded"]["all"]
@@ -167,12 +167,13 @@ def test_ood_evaluation_reports_the_clamped_score_where_the_config_clamps(runs, 
     from scipy import stats
 
     from dataset_builder.fixtures import write_public_fixture
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
+    from eval_suite.report.ood import ood_evaluation, ood_markdown
 
     data = write_public_fixture(tmp_path / "data", n=40)
     model, tokenizer = load_model(str(runs["f0"] / "final"))
     model.config.update({"clamp": True, "clamp_variance_threshold": 1e9, "clamp_margin": 0.5})
-    ood = report.ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20, keep_predictions=True)
+    ood = ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20, keep_predictions=True)
     preds = ood["predictions"]["nq_open_graded"]
     human = [np.mean(p["ratings"]) for p in preds]
     clamped = [5.0 if p["mean"] > 3 else 1.0 for p in preds]  # no mean sits exactly on 3 in this run
@@ -184,7 +185,7 @@ def test_ood_evaluation_reports_the_clamped_score_where_the_config_clamps(runs, 
     judges = ood["sets"]["nq_open_graded"]["all"]
     assert ood["reference"] == "orca_clamped" and "diff_ci" not in judges["orca_clamped"]
     assert judges["token_f1"]["diff_ci"] and judges["orca"]["diff_ci"]
-    assert "| nq_open_graded | token_f1 - orca_clamped |" in report.ood_markdown(ood)
+    assert "| nq_open_graded | token_f1 - orca_clamped |" in ood_markdown(ood)
     model.config.clamp = False
-    unclamped = report.ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20)
+    unclamped = ood_evaluation(model, tokenizer, data_dir=data, bootstrap=20)
     assert "orca_clamped" not in unclamped["sets"]["nq_open_graded"]["all"] and unclamped["reference"] == "orca"

@@ -118,7 +118,7 @@ def test_a_frozen_run_trains_the_head_resumes_and_saves_an_orca_model(tmp_path):
     results = train.run(cfg)
     assert results["stages"]["s1"]["train_items"] == 32 and results["stages"]["s3"]["train_items"] == 64
     assert results["test"]["orca"]["n"] == 16
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
 
     model, tokenizer = load_model(str(tmp_path / "run" / "final"))
     for name, value in model.backbone.state_dict().items():  # the backbone is the one it started from
@@ -143,7 +143,7 @@ def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type)
     token (computed here with its LM head, an independent path); the other heads rank the records the same way."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
     from modeling_orca import OrcaForCorrectnessDistribution
     from processing_orca import encode_fields, input_variants
     from training.model import init_head_from_verdict, tiny_backbone_config

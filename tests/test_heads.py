@@ -20,7 +20,7 @@ from scipy import special, stats
 import configuration_orca
 import heads_orca
 from configuration_orca import OrcaConfig
-from eval_suite.calibration import fit_affine, fold_into_head, head_outputs
+from eval_suite.scoring.calibration import fit_affine, fold_into_head, head_outputs
 from heads_orca import HEADS, OrcaHead, head_for
 from modeling_orca import check_ratings, distribution_statistics, pad_ratings, ratings_nll
 from tests.conftest import REPO, tiny_llama_orca

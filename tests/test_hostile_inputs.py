@@ -15,11 +15,11 @@ import test_eval_cli
 from test_leaderboard import answers_with, question_rows, write_sub
 from test_leaderboard_app import make_lb
 
-from eval_suite import cli, scoring, sharding
 from eval_suite.leaderboard.access import Access, log_path
 from eval_suite.leaderboard.data import SubmissionError, load_questions, read_submission
 from eval_suite.leaderboard.store import StoreError, read_record
-from eval_suite.loading import UsageError
+from eval_suite.models.loading import UsageError
+from eval_suite.scoring import cli, scorer, sharding
 from orca_io.jsonl import JsonLines, read_records
 from orca_io.schema import MAX_DEPTH, RecordError, validate_record
 
@@ -50,9 +50,9 @@ def test_deeply_nested_json_is_a_clean_error_naming_file_and_line(tmp_path, deep
         read_records(path)
     result = read_records(path, on_error="skip")
     assert [r["id"] for r in result.records] == ["a"] and dict(result.skipped) == {"nested too deeply": 1}
-    entries, _ = scoring.read_entries(path, "skip")  # orca-score --on-error skip: the line kept with its error
+    entries, _ = scorer.read_entries(path, "skip")  # orca-score --on-error skip: the line kept with its error
     assert entries[1].record is None and "nested deeper" in entries[1].error
-    json.dumps(scoring.output_line(entries[1], None))  # and it can be written
+    json.dumps(scorer.output_line(entries[1], None))  # and it can be written
     with pytest.raises(SubmissionError, match=f"{path}:2: JSON nested deeper"):
         read_submission(path, ["q1"])
 
@@ -88,8 +88,8 @@ def test_huge_numbers_and_nan_are_clean_errors(tmp_path):
         path = write_lines(tmp_path / "n.jsonl", [line])
         with pytest.raises(RecordError, match=rf"^{path}:1: field '{field}': NaN or Infinity is not valid JSON"):
             read_records(path)
-        entries, _ = scoring.read_entries(path, "skip")
-        line_out = scoring.output_line(entries[0], None)
+        entries, _ = scorer.read_entries(path, "skip")
+        line_out = scorer.output_line(entries[0], None)
         json.dumps(line_out, allow_nan=False)  # strict JSON out: the line's text is kept, not its NaN
         assert line_out["orca_input"] == line and field in line_out["orca_error"]
     with pytest.raises(RecordError, match="field 'metadata': not valid JSON"):
@@ -178,7 +178,7 @@ def test_a_broken_daily_log_refuses_the_submission_instead_of_resetting_the_limi
 @pytest.fixture
 def no_model(monkeypatch):
     """Path checks come before the model loads: loading fails the test."""
-    monkeypatch.setattr(scoring, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(scorer, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
 
 
 def score_exit(tmp_path, *argv) -> int:
@@ -307,7 +307,7 @@ def test_login_on_outside_a_space_is_refused_before_loading(tmp_path, capsys, mo
 
 def test_login_on_on_loopback_warns_and_a_space_needs_its_oauth_variables(monkeypatch, outside_a_space):
     from eval_suite.leaderboard.access import OAUTH_VARS, login_wanted
-    from eval_suite.loading import UsageError
+    from eval_suite.models.loading import UsageError
 
     warned = []
     assert login_wanted("on", "127.0.0.1", warn=warned.append) and "sign-in is MOCKED" in warned[0]
@@ -346,7 +346,7 @@ def test_names_in_one_script_or_latin_with_cjk_are_accepted(board, name):
 def test_a_hand_edited_partial_file_is_refused_not_a_crash(tmp_path, line):
     partial = tmp_path / "out.jsonl.partial"
     partial.write_text(json.dumps({"id": "a", "orca_error": None}) + "\n" + line + "\n" + '{"id": "c"}\n')
-    entries = [scoring.Entry(i + 1, "", record={"id": x}) for i, x in enumerate("abc")]
+    entries = [scorer.Entry(i + 1, "", record={"id": x}) for i, x in enumerate("abc")]
     with pytest.raises(UsageError, match=f"{partial}:2: unreadable line in the partial output"):
         sharding.completed_prefix(partial, entries)  # before: AttributeError (a list) or RecursionError
 

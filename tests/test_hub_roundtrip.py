@@ -91,7 +91,7 @@ def test_loading_the_saved_model_registers_nothing_global(tmp_path, smollm2_toke
 
 @pytest.mark.real
 def test_from_backbone_on_real_backbones(tmp_path, shared_data):
-    from eval_suite.backbones import minilm_path, smollm2_path
+    from eval_suite.models.backbones import minilm_path, smollm2_path
 
     nq = json.loads((shared_data / "evouna_nq" / "NQ.json").read_text())[:4]
     records = [

@@ -298,7 +298,7 @@ def tiny_model_dir(tmp_path_factory):
     from transformers import AutoTokenizer
 
     from configuration_orca import OrcaConfig
-    from eval_suite.backbones import minilm_path
+    from eval_suite.models.backbones import minilm_path
     from modeling_orca import OrcaForCorrectnessDistribution
     from training.model import tiny_backbone_config
 

@@ -791,7 +791,7 @@ def test_app_in_headless_chromium_real_answers(tmp_path, shared_data):
     need_browser()
     import torch
 
-    from eval_suite.backbones import minilm_path
+    from eval_suite.models.backbones import minilm_path
     from modeling_orca import OrcaForCorrectnessDistribution
 
     torch.manual_seed(0)

@@ -192,7 +192,7 @@ def test_split_encoding_concatenates_to_the_template(suffix, smollm2_tokenizer, 
 @pytest.mark.skipif(not (default_data_dir() / "evouna_nq" / "NQ.json").exists(), reason="real data not found (ORCA_DATA_DIR)")
 def test_shared_prefix_equals_plain_scoring_on_smollm2():
     import dataset_builder
-    from eval_suite.backbones import smollm2_path
+    from eval_suite.models.backbones import smollm2_path
 
     recs = dataset_builder.load_config("s3_evouna_nq")["test"].to_list()[:10]
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import tiny_llama_orca
 
-from eval_suite import probes as probe_suite
+from eval_suite.report import probes as probe_suite
 from orca_io.jsonl import read_records
 from orca_io.schema import RecordError, validate_record
 

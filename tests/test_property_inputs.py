@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from configuration_orca import OrcaConfig
-from eval_suite import cli, scoring
 from eval_suite.leaderboard.data import SubmissionError, read_submission
+from eval_suite.scoring import cli, scorer
 from orca_io.jsonl import read_records
 from orca_io.schema import _STR_FIELDS, FLAGS, REQUIRED, STAGES, RecordError, validate_record
 from processing_orca import format_input, input_fields, reference_list
@@ -177,7 +177,7 @@ def test_readers_never_crash_and_account_for_every_line(lines):
             pass
         # orca-score's reader: every non-blank line kept, in order, each either a record or an error
         try:
-            entries, blank = scoring.read_entries(path, "skip")
+            entries, blank = scorer.read_entries(path, "skip")
         except cli.UsageError as e:
             assert "no record" in str(e)
         else:
@@ -185,7 +185,7 @@ def test_readers_never_crash_and_account_for_every_line(lines):
             assert [e.line for e in entries] == sorted(e.line for e in entries)
             for entry in entries:
                 assert (entry.record is None) != (entry.error is None)
-                out = scoring.output_line(entry, {"mean": 3.0, "variance": 1.0, "probs": [0.2] * 5, "score": 0.5})
+                out = scorer.output_line(entry, {"mean": 3.0, "variance": 1.0, "probs": [0.2] * 5, "score": 0.5})
                 json.dumps(out, ensure_ascii=False).encode("utf-8")  # the output line can be written
         # a leaderboard submission of the same bytes: accepted, or a SubmissionError listing file:line problems
         try:

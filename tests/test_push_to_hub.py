@@ -19,7 +19,7 @@ import push_to_hub
 import train
 import training.config
 from configuration_orca import OrcaConfig
-from eval_suite import reference_checkpoint
+from eval_suite.models import reference_checkpoint
 from tests.test_train import write_split
 from training.model import tiny_backbone_config
 

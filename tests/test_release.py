@@ -18,7 +18,7 @@ import torch
 from test_convert_reference import base_lm, make_reference_checkpoint, reference_math  # noqa: F401 (base_lm: a fixture)
 
 import push_to_hub
-from eval_suite.reference_checkpoint import REFERENCE_EDGE_RECORDS
+from eval_suite.models.reference_checkpoint import REFERENCE_EDGE_RECORDS
 
 REPO = Path(__file__).resolve().parents[1]
 OLMO = "BUT-FIT/orca-olmo-2-1b-multinomial"  # a released judge: its calibrated threshold is 0.005
@@ -102,7 +102,7 @@ def write_edge_input(path: Path) -> Path:
 
 
 def orca_score(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eval_suite.cli", *args, "--quiet"], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "eval_suite.scoring.cli", *args, "--quiet"], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=600, stdin=subprocess.DEVNULL)
 
 
@@ -143,7 +143,7 @@ def test_orca_score_takes_a_released_judge_by_id_converts_it_once_and_clamps_at_
 
 
 def test_load_judge_is_the_one_line_for_library_users(offline_cache, capsys):
-    from eval_suite.release import load_judge
+    from eval_suite.models.release import load_judge
 
     model, tokenizer = load_judge(OLMO)
     assert "converting" in capsys.readouterr().err
@@ -189,7 +189,7 @@ def test_convert_reference_takes_a_hub_id(offline_cache, tmp_path):
                                     "not a plain tensor state dict", "download it again"]),
 ])
 def test_clear_errors_name_the_repository_the_file_and_what_to_do(model, revision, says, offline_cache, tmp_path, capsys):
-    from eval_suite import cli
+    from eval_suite.scoring import cli
 
     argv = ["--model", model, "--input", str(write_edge_input(tmp_path / "in.jsonl")), "--output",
             str(tmp_path / "out.jsonl"), "--quiet"] + (["--revision", revision] if revision else [])
@@ -264,7 +264,7 @@ def test_load_config_takes_the_release_id_and_names_a_missing_revision(offline_c
 
 
 def test_the_cache_folder_is_keyed_by_repository_and_commit(offline_cache, tmp_path):
-    from eval_suite.release import converted_judge
+    from eval_suite.models.release import converted_judge
 
     first = converted_judge(OLMO)
     assert first == tmp_path / "orca-cache" / "converted" / OLMO.replace("/", "--") / OLMO_COMMIT

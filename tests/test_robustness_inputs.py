@@ -30,9 +30,9 @@ import pytest
 from conftest import tiny_llama_orca
 
 from dataset_builder.filters import MAX_CHARS, REASON_LONG, REASON_UNRATED
-from eval_suite import cli, scoring, sharding
 from eval_suite import leaderboard as lb
 from eval_suite.leaderboard.data import SubmissionError, read_submission
+from eval_suite.scoring import cli, scorer, sharding
 from orca_io.jsonl import iter_records, read_records
 from orca_io.schema import RecordError
 
@@ -314,7 +314,7 @@ def test_train_unrated_dev_records_do_not_crash_evaluation(tmp_path):
     stage["files"]["validation"] = str(dev)
     records = load_stage_data(stage, {})["validation"]
     assert [r["id"] for r in records] == ["d-1", "d-3"]  # the unrated one is filtered (and logged), not scored
-    # what eval_suite.final_eval.evaluate_records does with the dev split
+    # what eval_suite.report.final_eval.evaluate_records does with the dev split
     compute_metrics([3.0] * len(records), human_ratings=[r["ratings"] for r in records])
 
 
@@ -412,7 +412,7 @@ def test_score_skip_writes_the_bad_line_in_place_with_orca_error(scored_all, nam
     lineno = scored_all["where"][name]
     (line,) = [o for o in scored_all["output"] if o.get("orca_line") == lineno]
     assert error_text(name, scored_all["input"], lineno) in line["orca_error"]
-    assert all(line[f] is None for f in scoring.SCORE_FIELDS)
+    assert all(line[f] is None for f in scorer.SCORE_FIELDS)
     raw = scored_all["lines"][lineno - 1]
     if CASES[name].field in ("<line>", "<record>") or name == "lone surrogate":
         # not an object (or one that cannot be written as UTF-8): its text is kept instead
@@ -619,7 +619,7 @@ def test_score_input_memory_is_documented(tmp_path):
     """orca-score keeps every input line in memory (the output must hold every line in order): the parsed object
     and the validated record, which share their strings; the line's own text only for lines that failed
     validation. docs/robustness.md states what is checked here: each text held once, ~2 kB per line on top."""
-    per_char, per_record = memory_by_text_length(tmp_path, lambda p: scoring.read_entries(p, "raise"))
+    per_char, per_record = memory_by_text_length(tmp_path, lambda p: scorer.read_entries(p, "raise"))
     assert 0.95 < per_char < 1.2, per_char  # 2.0 while every line's text was kept beside the parsed object
     assert per_record < 2500, per_record
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import train
 import training.config
 import training.stages
-from eval_suite.final_eval import choose_clamping
+from eval_suite.report.final_eval import choose_clamping
 from training.batching import epoch_batches
 from training.config import load_run_config
 from training.schedule import EarlyStopping, lr_lambda
@@ -188,7 +188,7 @@ def test_calibration_is_fitted_on_dev_and_folded_into_the_saved_head(tmp_path, d
     from transformers import AutoTokenizer
 
     from configuration_orca import OrcaConfig
-    from eval_suite.calibration import shift_direction
+    from eval_suite.scoring.calibration import shift_direction
     from modeling_orca import OrcaForCorrectnessDistribution
 
     heads, metrics = [], []

@@ -80,9 +80,9 @@ DEFAULTS: dict[str, Any] = {
         "s3": {"dataset": "s3_mmau_mmar", "max_steps": 2000, "lr": 2e-5},
     },
     "skip_stages": [],
-    # ood: also score the out-of-domain sets (eval_suite.report.ood_evaluation), with ood_bootstrap resamples, at most
-    # ood_max_items (a seeded sample) of each set; probes: also the probe suite (eval_suite.probes); calibration: fit
-    # z -> z / T + s * d of the head's outputs on dev and fold it into the head where it helps (eval_suite.calibration);
+    # ood: also score the out-of-domain sets (eval_suite.report.ood.ood_evaluation), with ood_bootstrap resamples, at most
+    # ood_max_items (a seeded sample) of each set; probes: also the probe suite (eval_suite.report.probes); calibration: fit
+    # z -> z / T + s * d of the head's outputs on dev and fold it into the head where it helps (eval_suite.scoring.calibration);
 # max_items: the final evaluation's dev and test splits cut to at most this many records (whole questions, seeded)
     "test": {"baselines": ["exact_match", "contains", "token_f1"], "compare_reference_modes": True, "ood": False,
              "ood_bootstrap": 1000, "ood_max_items": None, "probes": False, "calibration": False, "max_items": None},

@@ -26,7 +26,7 @@ from training.state_cache import CachedStatesJudge, StateCache
 def state_cache_root(cfg: dict) -> Path:
     """`training.state_cache` or $ORCA_CACHE/states: shared by runs, so a second run on the same backbone and
     inputs (another head, seed or recipe) computes nothing again."""
-    from eval_suite.backbones import cache_dir
+    from eval_suite.models.backbones import cache_dir
 
     return Path(cfg["training"]["state_cache"] or cache_dir() / "states")
 

@@ -34,8 +34,8 @@ def tiny_backbone_config(kind: str, vocab_size: int):
 
 
 def resolve_backbone(name: str) -> str:
-    """The folder of an offline backbone named in eval_suite.backbones.BACKBONES; any other name as it is."""
-    from eval_suite.backbones import BACKBONES
+    """The folder of an offline backbone named in eval_suite.models.backbones.BACKBONES; any other name as it is."""
+    from eval_suite.models.backbones import BACKBONES
 
     return str(BACKBONES[name]()) if name in BACKBONES else name
 

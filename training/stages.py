@@ -10,7 +10,7 @@ import math
 import time
 from pathlib import Path
 
-from eval_suite.final_eval import evaluate_records, run_batch_tokens
+from eval_suite.report.final_eval import evaluate_records, run_batch_tokens
 from training.batching import epoch_batches, micro_batch_inputs, process_share
 from training.checkpoints import (
     StageProgress,

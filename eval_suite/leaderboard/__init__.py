@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from dataset_builder.filters import MAX_CHARS
-from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.loading import UsageError, load_model, resolve_revision
+from eval_suite.models.loading import UsageError, load_model, resolve_revision
+from eval_suite.scoring.cli_args import add_model_arguments, set_quiet
 from orca_io.version import package_version
 
 from .data import (

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
-from eval_suite.loading import UsageError
+from eval_suite.models.loading import UsageError
 
 from .data import SubmissionError, slugify
 

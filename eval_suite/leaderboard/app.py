@@ -25,8 +25,8 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.loading import UsageError, load_model, resolve_revision
+from eval_suite.models.loading import UsageError, load_model, resolve_revision
+from eval_suite.scoring.cli_args import add_model_arguments, set_quiet
 from orca_io.files import replace_dir
 from orca_io.version import package_version
 

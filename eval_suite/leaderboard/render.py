@@ -2,7 +2,7 @@
 the HTML tables the static page and the web app (app.py) both show.
 
 Every user-provided string (model names, links, file names) is treated as hostile: file names are slugs
-checked to stay inside the output folder, HTML comes from Jinja2 templates (leaderboard_assets/) with
+checked to stay inside the output folder, HTML comes from Jinja2 templates (assets/) with
 autoescape, only http(s) links become anchors, and matplotlib never sees `$`."""
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _templates():
     import jinja2
 
     # autoescape: every value that reaches a page is escaped, user strings included
-    env = jinja2.Environment(loader=jinja2.PackageLoader("eval_suite", "leaderboard_assets"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("eval_suite.leaderboard", "assets"), autoescape=True,
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return env, env.get_template("tables.html").module
 

@@ -9,8 +9,8 @@ import json
 import re
 from pathlib import Path
 
-# the release's field names live with its converter; imported here too, where scoring.py has always found them
-from eval_suite.reference_checkpoint import ReleaseError, reference_fields, resolve_judge
+# the release's field names live with its converter; imported here too, where scoring (scorer.py) has always found them
+from eval_suite.models.reference_checkpoint import ReleaseError, reference_fields, resolve_judge
 
 __all__ = ["UsageError", "folder_digest", "load_model", "reference_fields", "resolve_device",
            "resolve_revision"]

@@ -170,7 +170,7 @@ def score_results(runs: list[Run], test_files: list[Path], baseline_names, max_b
                   device: str = "auto", dtype: str = "auto") -> list[Result]:
     if not test_files:
         return [own_test(run, baseline_names, notes) for run in runs]
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
     from orca_io.jsonl import read_records
 
     tests = {path: read_records(path).records for path in test_files}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval_suite.metrics import compute_metrics
-from eval_suite.report_runs import FOLD_KEY, Result, Run, group_by, label_of, plain_setting, varying_keys
+from eval_suite.report.runs import FOLD_KEY, Result, Run, group_by, label_of, plain_setting, varying_keys
 from orca_io.tables import markdown_table
 
 METRICS = ("spearman", "kendall", "mae_mean", "mae_variance", "nll", "roc_auc")

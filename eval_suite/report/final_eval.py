@@ -37,7 +37,7 @@ def evaluate_records(model, tokenizer, records: list[dict], *, max_batch_tokens:
 def choose_clamping(config, dev_records: list[dict], dev_preds: list[dict]) -> dict:
     """The paper's protocol: tune the clamping threshold on dev (maximising rho + tau - MAE), switch clamping on in
     `config` only where it beats no clamping there. Returns the record for metrics.json."""
-    from eval_suite.clamping import tune_on_predictions
+    from eval_suite.scoring.clamping import tune_on_predictions
     from heads_orca import head_for
 
     if not head_for(config).has_variance:  # e.g. Bernoulli: no variance to gate on
@@ -57,13 +57,13 @@ def choose_clamping(config, dev_records: list[dict], dev_preds: list[dict]) -> d
 
 def choose_calibration(final, tokenizer, dev_records: list[dict], dev_preds: list[dict], *,
                        max_batch_tokens: int | None = None) -> tuple[list[dict], dict]:
-    """Fit the affine calibration of the head on dev (eval_suite.calibration), fold it into `final`'s head and keep
+    """Fit the affine calibration of the head on dev (eval_suite.scoring.calibration), fold it into `final`'s head and keep
     it only where it raises the dev objective the clamping uses (rho + tau - MAE). Returns the dev predictions of
     the model as it is left and the record for metrics.json."""
     import torch
 
-    from eval_suite.calibration import fit_affine, fold_into_head, head_outputs
-    from eval_suite.clamping import clamp_objective
+    from eval_suite.scoring.calibration import fit_affine, fold_into_head, head_outputs
+    from eval_suite.scoring.clamping import clamp_objective
     from modeling_orca import rating_to_unit
 
     human = [rating_to_unit(sum(r["ratings"]) / len(r["ratings"])) for r in dev_records]
@@ -109,8 +109,8 @@ def clamped_test_metrics(final, test_records: list[dict], test_preds: list[dict]
     predictions' scores become what the saved model gives."""
     import numpy as np
 
-    from eval_suite.clamping import clamp_scores
     from eval_suite.metrics import prediction_metrics
+    from eval_suite.scoring.clamping import clamp_scores
     from modeling_orca import rating_to_unit, unit_to_rating
 
     clamped = clamp_scores(rating_to_unit(np.array([p["mean"] for p in test_preds])), [p["variance"] for p in test_preds],
@@ -164,10 +164,10 @@ def write_test_predictions(path: Path, test_records: list[dict], test_preds: lis
 
 def out_of_domain(final, tokenizer, cfg: dict, test_records: list[dict], test_preds: list[dict], run_dir: Path) -> dict | None:
     """`test.ood: true`: the out-of-domain sets beside the in-domain test, with the baselines on the same items
-    (eval_suite.report.ood_evaluation); writes ood.md and ood_predictions.jsonl, returns the section of metrics.json."""
+    (eval_suite.report.ood.ood_evaluation); writes ood.md and ood_predictions.jsonl, returns the section of metrics.json."""
     if not cfg["test"].get("ood"):
         return None
-    from eval_suite.report import ood_evaluation, ood_markdown
+    from eval_suite.report.ood import ood_evaluation, ood_markdown
 
     d = cfg["data"]
     ood = ood_evaluation(final, tokenizer, data_dir=d["data_dir"], fold=d["fold"], seed=d["seed"],
@@ -183,10 +183,10 @@ def out_of_domain(final, tokenizer, cfg: dict, test_records: list[dict], test_pr
 
 def probe_suite(final, tokenizer, cfg: dict) -> dict | None:
     """`test.probes: true`: the probe suite's accuracy overall, per question type and per kind, and the ids of the
-    failing probes (eval_suite.probes); the section of metrics.json."""
+    failing probes (eval_suite.report.probes); the section of metrics.json."""
     if not cfg["test"].get("probes"):
         return None
-    from eval_suite.probes import probe_accuracy
+    from eval_suite.report.probes import probe_accuracy
 
     summary = probe_accuracy(final, tokenizer, max_batch_tokens=run_batch_tokens(final, cfg))
     failures = summary.pop("failures")

@@ -3,7 +3,7 @@
     orca-score --model runs/orca/final --input answers.jsonl --output scored.jsonl --summary summary.json
     orca-score --model user/orca-judge --revision v1 --input in.jsonl --output out.jsonl --clamp auto
     orca-score --model out/converted --input in.jsonl --output out.jsonl --output-format reference
-    accelerate launch --num_processes 4 -m eval_suite.cli --model ... --input ... --output ...
+    accelerate launch --num_processes 4 -m eval_suite.scoring.cli --model ... --input ... --output ...
 
 Input: one JSON object per line.
   required  id (unique string), question, reference (a string or a list of accepted answers), candidate
@@ -29,9 +29,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.loading import UsageError
-from eval_suite.scoring import ScoreOptions, score_file
+from eval_suite.models.loading import UsageError
+from eval_suite.scoring.cli_args import add_model_arguments, set_quiet
+from eval_suite.scoring.scorer import ScoreOptions, score_file
 from orca_io.files import write_json_atomic
 from orca_io.tables import markdown_table
 

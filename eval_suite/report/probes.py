@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 # the suite lives beside the benchmarks in a checkout of the repository
-PROBES_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "probes"
+PROBES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "probes"
 EXPECTED = ("right", "wrong")
 LABELS = ("type", "kind", "expected")
 

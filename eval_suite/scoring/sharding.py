@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eval_suite.loading import UsageError
+from eval_suite.models.loading import UsageError
 from orca_io.files import fsync_dir, open_atomic, write_json_atomic
 
 

@@ -112,7 +112,7 @@ def rouge_l(records: Sequence[dict]) -> list[float]:
 def _minilm():
     from transformers import AutoModel, AutoTokenizer
 
-    from eval_suite.backbones import minilm_path
+    from eval_suite.models.backbones import minilm_path
 
     path = minilm_path()
     model = AutoModel.from_pretrained(path).eval()

@@ -6,7 +6,7 @@ NLL of every individual dev rating, `modeling_orca.ratings_nll`) and folded into
 so the saved model scores calibrated with no code or config of its own: every scoring path gives the same numbers.
 T is a temperature (how sure), s a shift along d, the direction that moves the predicted rating up (how high).
 Both the inverse of the predictions and d are the head's own (heads_orca: `outputs_from_predictions`,
-`shift_direction`). `eval_suite.final_eval.choose_calibration` fits it on dev and keeps it only where it helps there.
+`shift_direction`). `eval_suite.report.final_eval.choose_calibration` fits it on dev and keeps it only where it helps there.
 """
 
 from __future__ import annotations

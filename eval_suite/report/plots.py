@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval_suite.report_tables import SHORT
+from eval_suite.report.tables import SHORT
 
 
 def slug(text: str) -> str:

@@ -17,10 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from eval_suite.cli_args import add_model_arguments, set_quiet
-from eval_suite.ood import ood_evaluation, ood_markdown
-from eval_suite.report_plots import make_calibration_plot, make_plots, slug
-from eval_suite.report_runs import (
+from eval_suite.report.ood import ood_evaluation, ood_markdown
+from eval_suite.report.plots import make_calibration_plot, make_plots, slug
+from eval_suite.report.runs import (
     CURRICULUM_KEY,
     DEFAULT_BASELINES,
     INPUT_KEY,
@@ -32,7 +31,7 @@ from eval_suite.report_runs import (
     test_records_of,
     varying_keys,
 )
-from eval_suite.report_tables import (
+from eval_suite.report.tables import (
     ablation_table,
     answerer_table,
     baselines_table,
@@ -41,17 +40,17 @@ from eval_suite.report_tables import (
     per_run_table,
     systems,
 )
+from eval_suite.scoring.cli_args import add_model_arguments, set_quiet
 from orca_io.files import write_text_atomic
 from orca_io.jsonl import read_jsonl
 from orca_io.tables import markdown_table
 
-# final_eval.py and the docs reach the out-of-domain evaluation here, where it lived before eval_suite.ood
-__all__ = ["build_parser", "build_report", "main", "ood_evaluation", "ood_markdown"]
+__all__ = ["build_parser", "build_report", "main"]
 
 
 def ood_for_runs(runs: list[Run], max_batch_tokens: int | None, out: Path, bootstrap: int, device=None, dtype=None) -> dict:
     """orca-eval --ood: each run's final/ model on the out-of-domain sets of its own fold."""
-    from eval_suite.loading import load_model
+    from eval_suite.models.loading import load_model
 
     results = {}
     for run in runs:
@@ -148,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     set_quiet(args.quiet)
     if args.baselines:
-        from eval_suite.baselines import BASELINES
+        from eval_suite.baselines.similarity import BASELINES
 
         unknown = sorted(set(args.baselines) - set(BASELINES))
         if unknown:

@@ -167,7 +167,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     save_dir_atomic(target, write)  # a crash never leaves a half-written cache
 
 
-if __name__ == "__main__":  # `python -m eval_suite.backbones`: check the backbones, convert the GGUF ones once
+if __name__ == "__main__":  # `python -m eval_suite.models.backbones`: check the backbones, convert the GGUF ones once
     print(f"all-MiniLM-L6-v2: {minilm_path()}")
     print(f"SmolLM2-135M-Instruct: {smollm2_path()}")
     print(f"Gemma 3 270M: {gemma3_path()}")

@@ -1,6 +1,6 @@
 """Scoring a JSONL file with an ORCA model (what orca-score does, without its argument parsing and printing): the
 input read and validated line by line, the clamping threshold chosen, records scored question by question into
-partial files (eval_suite.sharding), the output merged in input order and the summary built."""
+partial files (eval_suite.scoring.sharding), the output merged in input order and the summary built."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from eval_suite import sharding
-from eval_suite.loading import UsageError, load_model, reference_fields, resolve_revision
+from eval_suite.models.loading import UsageError, load_model, reference_fields, resolve_revision
+from eval_suite.scoring import sharding
 from orca_io.files import sha256_of
 from orca_io.jsonl import JsonLines
 from orca_io.schema import RecordError, unicode_problem, validate_record
@@ -216,7 +216,7 @@ def reference_line(line: dict, config, clamped: bool) -> dict:
 def tune_threshold(model, tokenizer, path: Path, max_batch_tokens: int | None) -> dict:
     """Variance threshold maximising rho + tau - MAE on a labelled dev file (variances on the 1-5 scale, the
     scale `predict` compares `clamp_threshold` with)."""
-    from eval_suite.clamping import tune_on_predictions
+    from eval_suite.scoring.clamping import tune_on_predictions
     from heads_orca import head_for
     from orca_io.jsonl import read_records
 

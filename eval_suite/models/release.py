@@ -1,26 +1,26 @@
 """The paper's released judges: a Hub id or a folder in the reference release's layout becomes an ORCA model folder.
 
-    from eval_suite.release import load_judge
+    from eval_suite.models.release import load_judge
     model, tokenizer = load_judge("BUT-FIT/orca-olmo-2-1b-multinomial")   # any ORCA folder or Hub id works too
 
 The reference release (github.com/BUTSpeechFIT/ORCA) publishes its judges as `model/config.yaml`, `model/lm/`
 (a PEFT adapter or a full causal LM), `model/model_minus_lm.pt` (the head) and `tokenizer/`. Such a checkpoint is
 downloaded with `snapshot_download` at one commit (the revision given, else what the default branch points to),
-converted once by the converter (eval_suite.reference_checkpoint, checked against the release's computation)
+converted once by the converter (eval_suite.models.reference_checkpoint, checked against the release's computation)
 and kept in a cache keyed by repository and commit: the next load of the same commit converts nothing. The
 release's clamping threshold, calibrated by its authors on dev, becomes the converted model's clamping default.
 
 The user's entry points live here; the work is done below, so that imports run one way (release -> loading ->
-reference_checkpoint): eval_suite.reference_checkpoint finds, converts and caches a released checkpoint,
-eval_suite.loading is the one loader (orca-score's too), which resolves a released judge through it first.
+reference_checkpoint): eval_suite.models.reference_checkpoint finds, converts and caches a released checkpoint,
+eval_suite.models.loading is the one loader (orca-score's too), which resolves a released judge through it first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from eval_suite.loading import load_model
-from eval_suite.reference_checkpoint import (
+from eval_suite.models.loading import load_model
+from eval_suite.models.reference_checkpoint import (
     PROVENANCE,
     RELEASED_JUDGES,
     ConversionError,

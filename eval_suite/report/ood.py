@@ -17,7 +17,7 @@ def ood_slices(records: list[dict]) -> dict[str, np.ndarray]:
     many; answers sharing a word with the reference vs none (where none is shared, only knowledge beyond the
     reference can tell a right answer: the limit of any reference-based judge); each answering model. A slice
     equal to the whole set or empty is left out."""
-    from eval_suite.baselines import token_f1
+    from eval_suite.baselines.similarity import token_f1
 
     n = len(records)
     words = np.array([len(r["candidate"].split()) for r in records])
@@ -53,7 +53,7 @@ def judge_sets(sets: dict[str, tuple[list[dict], list[float] | dict]], *, baseli
     statistics whose first entry is the mean, e.g. {"orca": means, "orca_median": medians}). Returns
     {set: {slice: judge_agreement(...)}}: every judge on the same items, ``reference`` (default: the first ORCA
     statistic) as the reference of the paired differences (a baseline's ``diff_ci`` is baseline - reference)."""
-    from eval_suite.baselines import BASELINES
+    from eval_suite.baselines.similarity import BASELINES
     from eval_suite.metrics import judge_agreement
     from modeling_orca import unit_to_rating
 

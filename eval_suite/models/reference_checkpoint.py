@@ -2,7 +2,7 @@
 model/model_minus_lm.pt, tokenizer/): converting one into an ORCA model folder, checked against the release's own
 computation on edge-case records before it is written (`push_to_hub.py convert-reference`); the release's field
 names for a prediction; and finding a released judge (Hub id or folder) and converting it once into orca's cache,
-which the one loader (eval_suite.loading) does first. Imports nothing from eval_suite.loading or eval_suite.release:
+which the one loader (eval_suite.models.loading) does first. Imports nothing from eval_suite.models.loading or eval_suite.models.release:
 they import this module."""
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def convert_reference(src: Path, base_model: str | None, out: Path, dtype_name: 
 
 
 # Released judges: a Hub id or a folder in the release's layout, found, converted once and kept in orca's cache.
-# Here rather than in eval_suite.release so that imports run one way: release -> loading -> reference_checkpoint
+# Here rather than in eval_suite.models.release so that imports run one way: release -> loading -> reference_checkpoint
 # (the loader resolves a released judge through this module; release holds the user's entry points).
 
 # Variance thresholds of the release's variance-gated clamping, on its [0, 1] score scale, calibrated on dev by the
@@ -326,7 +326,7 @@ class ReleaseError(Exception):
 def cache_root() -> Path:
     """Where converted judges are kept: orca's one cache folder ($ORCA_CACHE, default ~/.cache/orca), beside the
     converted backbones."""
-    from eval_suite.backbones import cache_dir
+    from eval_suite.models.backbones import cache_dir
 
     return cache_dir()
 
