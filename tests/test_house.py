@@ -1,6 +1,6 @@
 """House rules of the code, checked on the source text (ast, nothing imported): no Python file over 700 lines, no
-function over 80, modeling_orca.py (the file `trust_remote_code` users read) at most 500, and the loader's modules
-importing one way (issue 50)."""
+function over 80, modeling_orca.py (the file `trust_remote_code` users read) at most 500, the loader's modules
+importing one way, and the foundation (orca_io) importing nothing of the packages built on it (issue 50)."""
 
 from __future__ import annotations
 
@@ -88,3 +88,45 @@ def test_loader_imports_run_one_way():
     imported = eval_suite_imports("eval_suite/models/reference_checkpoint.py")
     assert not {"models.loading", "models.release"} & imported
     assert "models.release" not in eval_suite_imports("eval_suite/models/loading.py")
+
+
+# what everything may import: files, the record schema, the JSONL readers, tables, the version
+FOUNDATION = "orca_io"
+
+
+def project_modules(root: Path = ROOT) -> set[str]:
+    """The top-level packages and modules of this repository (eval_suite, training, dataset_builder, modeling_orca, ...)."""
+    packages = {p.parent.name for p in root.glob("*/__init__.py")}
+    return (packages | {p.stem for p in root.glob("*.py")}) - {"tests", "setup", "conftest"}
+
+
+def foundation_problems(root: Path = ROOT) -> dict[str, set[str]]:
+    """file -> the modules of the rest of the project it imports, for each file of the foundation that imports any."""
+    others = project_modules(root) - {FOUNDATION}
+    out = {}
+    for path in sorted((root / FOUNDATION).rglob("*.py")):
+        bad = {m for m in imports_of(path, root) if m.split(".")[0] in others}
+        if bad:
+            out[path.relative_to(root).as_posix()] = bad
+    return out
+
+
+def test_the_foundation_imports_nothing_built_on_it():
+    assert {"eval_suite", "training", "dataset_builder", "modeling_orca", FOUNDATION} <= project_modules()
+    assert len(list((ROOT / FOUNDATION).rglob("*.py"))) >= 5  # the check reads the package's files
+    problems = foundation_problems()
+    assert not problems, f"{FOUNDATION} must import nothing of the packages built on it: {problems}"
+
+
+def test_the_foundation_check_sees_imports_anywhere_in_a_file(tmp_path):
+    for name in ("eval_suite", "training", FOUNDATION):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / FOUNDATION / "good.py").write_text("import json\nfrom . import good\nfrom .good import x\n")
+    (tmp_path / FOUNDATION / "bad.py").write_text(
+        "import training.config\n\ndef f():\n    from eval_suite.models import loading\n    from .. import train\n"
+    )
+    (tmp_path / "train.py").write_text("")
+    assert foundation_problems(tmp_path) == {
+        f"{FOUNDATION}/bad.py": {"training.config", "eval_suite.models", "eval_suite.models.loading", "train"}
+    }
