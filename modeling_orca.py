@@ -150,10 +150,9 @@ class OrcaPreTrainedModel(PreTrainedModel):
 
 
 class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
-    # most tokens of a batch on CPU when `max_batch_tokens` is not given (DEFAULT_BATCH_TOKENS elsewhere): paired runs,
-    # SmolLM2 on 40 answers under load (docs/performance.md, CPU round 5): 4,096-token batches took 0.73x the time
-    # of 1,024 at 2 threads (median of 6 pairs, 0.53-0.91), 1.12x at 1 thread (3 pairs); kept for 2 threads
-    cpu_batch_tokens = 4096
+    # most tokens of a batch on CPU when `max_batch_tokens` is not given (DEFAULT_BATCH_TOKENS elsewhere): on a quiet
+    # 2-core machine, SmolLM2 on 1,000 answers, 512-2,048 took 65-71 s and 4,096 76-79 s (docs/performance.md, round 7)
+    cpu_batch_tokens = 2048
 
     # tokens of one prefix-tree row in `predict` (a question's shared ids and some of its answers' ids): every
     # token of a row is scored against all of the row's keys, masked or not, so longer rows waste attention work
@@ -332,7 +331,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         each alias is one input and the alias giving the highest mean wins. `encode` then `predict_from_states`.
 
         Batches hold up to `max_batch_tokens` tokens, padding included (default: `cpu_batch_tokens` on CPU, else
-        DEFAULT_BATCH_TOKENS, both 4,096), longest inputs first, so a batch holds many short inputs or few long
+        DEFAULT_BATCH_TOKENS: 2,048 and 4,096), longest inputs first, so a batch holds many short inputs or few long
         ones. `batch_size` (deprecated: not a count of inputs) means `batch_size` x 256 tokens, at most
         `cpu_batch_tokens` on CPU. Inputs are tokenised once; identical inputs are scored once. With `share_prefix`
         (default: the config's `share_prefix`) and `prefix_sharing_supported`, the answers to one question share

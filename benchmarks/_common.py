@@ -100,10 +100,13 @@ def is_decoder(backbone) -> bool:
 
 
 class PeakMemory:
-    """Peak resident memory of this process while the block runs (sampled every 2 ms from /proc)."""
+    """Peak resident memory of this process while the block runs (sampled every `interval` s from /proc). 50 ms,
+    not less: the sampler is a Python thread that wakes, takes the GIL and preempts one of the 2 cores' compute
+    threads each time, inside the timed runs; a model's layers repeat their peak every few ms, so it is caught."""
 
-    def __init__(self):
+    def __init__(self, interval: float = 0.05):
         self.peak = self.start = 0
+        self.interval = interval
 
     @staticmethod
     def rss() -> int:
@@ -118,7 +121,7 @@ class PeakMemory:
     def _poll(self):
         while not self._stop.is_set():
             self.peak = max(self.peak, self.rss())
-            time.sleep(0.002)
+            time.sleep(self.interval)
 
     def __enter__(self):
         self.start = self.peak = self.rss()
@@ -182,3 +185,32 @@ def load_line() -> str:
         return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "load average n/a"
+
+
+def floor_tokens(token_ids: list[list[int]], causal: bool) -> tuple[int, list[int]]:
+    """(tokens computed at least once, the attention context of each): a causal decoder pooled at the last token
+    needs each distinct token prefix once (a trie over all inputs, context = depth); otherwise each distinct input's
+    tokens, each seeing the whole input."""
+    contexts = []
+    if causal:
+        seen = set()
+        for ids in token_ids:
+            for k in range(len(ids)):
+                key = tuple(ids[: k + 1])
+                if key not in seen:
+                    seen.add(key)
+                    contexts.append(k + 1)
+    else:
+        for ids in {tuple(t) for t in token_ids}:
+            contexts += [len(ids)] * len(ids)
+    return len(contexts), contexts
+
+
+def backbone_flops(model, contexts: list[int]) -> float:
+    """Matrix FLOPs of the backbone: 2 x linear weights per token + 4 x attention width x context per token and layer."""
+    backbone = model.backbone
+    cfg = backbone.config.get_text_config()
+    linear = sum(m.weight.numel() for n, m in backbone.named_modules() if isinstance(m, torch.nn.Linear) and "pooler" not in n)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    width = cfg.num_attention_heads * head_dim
+    return 2.0 * linear * len(contexts) + 4.0 * width * cfg.num_hidden_layers * sum(contexts)

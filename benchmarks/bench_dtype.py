@@ -5,7 +5,10 @@ with the backbone's weights in each dtype, 2 threads; items/s and how far the bf
     .venv/bin/python benchmarks/bench_dtype.py --backbone qwen2.5-coder-1.5b-instruct --n 100 --json runs/bench_dtype_qwen.json
 
 The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in both runs.
-Also reports whether torch sees avx512_bf16 / AMX on this CPU, and a bf16 and a float32 GEMM rate beside it.
+Also reports whether torch sees avx512_bf16 / AMX on this CPU and, per dtype, the compute floor as bench_scoring.py
+defines it (every distinct token prefix once) at that dtype's GEMM rate: a `--gemm-size`^3 product of that dtype,
+the median of 3 before and of 3 after the timed run (1,024 by default: a 2,048^3 bfloat16 product takes seconds
+on CPUs without bfloat16 kernels), and `floor_fraction` = floor time / predict time.
 Last line: `BACKBONE float32_items_s=X bfloat16_items_s=Y speedup_bf16=Z max_abs_mean_diff=D`.
 """
 
@@ -18,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import BACKBONES, backbone_folder, gemm_gflops, load_line, load_records, orca_model, run_info
+from _common import BACKBONES, backbone_flops, backbone_folder, floor_tokens, gemm_gflops, load_line, load_records, orca_model, run_info
 
 
 def cpu_bf16_support() -> dict:
@@ -26,11 +29,20 @@ def cpu_bf16_support() -> dict:
             "capability": torch.backends.cpu.get_cpu_capability()}
 
 
+def floor_gflop(model, tokenizer, records: list[dict]) -> float:
+    """The backbone's GFLOP for every distinct token prefix of the records' inputs (bench_scoring.py's floor)."""
+    from processing_orca import encode_fields, input_variants
+
+    token_ids = encode_fields([input_variants(r, model.config)[0] for r in records], tokenizer, model.config)
+    return backbone_flops(model, floor_tokens(token_ids, model.prefix_sharing_supported)[1]) / 1e9
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", default="smollm2", choices=[b for b in BACKBONES if b != "minilm"])
     p.add_argument("--n", type=int, default=1000, help="answers (whole questions, EVOUNA-NQ)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--gemm-size", type=int, default=1024, help="the GEMM probe's size (default: %(default)s)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -44,13 +56,17 @@ def main(argv=None) -> int:
             name = str(dtype).removeprefix("torch.")
             model, tokenizer = orca_model(folder, pooling, dtype=dtype)
             model.predict(records[:2], tokenizer)  # warm-up: one-time kernel choices
+            before = gemm_gflops(args.gemm_size, dtype=dtype)
             start = time.perf_counter()
             preds = model.predict(records, tokenizer)
             seconds = time.perf_counter() - start
+            rate = (before + gemm_gflops(args.gemm_size, dtype=dtype)) / 2
             means[name] = torch.tensor([p["mean"] for p in preds], dtype=torch.float64)
+            floor_s = floor_gflop(model, tokenizer, records) / rate
             result["runs"][name] = {"seconds": round(seconds, 2), "items_per_s": round(len(records) / seconds, 3),
-                                    "gemm_gflops": round(gemm_gflops(1024, dtype=dtype), 1)}
-            print(f"{name}: {seconds:.1f} s, {len(records) / seconds:.2f} answers/s", flush=True)
+                                    "gemm_gflops": round(rate, 1), "floor_seconds": floor_s, "floor_fraction": floor_s / seconds}
+            print(f"{name}: {seconds:.1f} s, {len(records) / seconds:.2f} answers/s; GEMM {rate:.1f} GFLOP/s, floor {floor_s:.1f} s, "
+                  f"floor fraction {floor_s / seconds:.2f}", flush=True)
             del model
     from scipy.stats import spearmanr
 
@@ -62,7 +78,8 @@ def main(argv=None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{args.backbone} float32_items_s={result['runs']['float32']['items_per_s']} bfloat16_items_s={result['runs']['bfloat16']['items_per_s']} "
-          f"speedup_bf16={result['speedup_bf16']} max_abs_mean_diff={result['max_abs_mean_diff']:.4f}")
+          f"speedup_bf16={result['speedup_bf16']} max_abs_mean_diff={result['max_abs_mean_diff']:.4f} "
+          f"floor_fraction_float32={result['runs']['float32']['floor_fraction']:.3f} floor_fraction_bfloat16={result['runs']['bfloat16']['floor_fraction']:.3f}")
     return 0
 
 

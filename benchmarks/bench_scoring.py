@@ -35,7 +35,9 @@ import torch  # noqa: I001
 from _common import (
     BACKBONES,
     PeakMemory,
+    backbone_flops,
     backbone_folder,
+    floor_tokens,
     gemm_gflops,
     is_decoder,
     load_line,
@@ -63,35 +65,6 @@ def naive_means(model, tokenizer, texts, head, pooling, batch_size, add_special_
                 pooled = hidden[torch.arange(len(hidden)), mask.long().cumsum(1).argmax(1)]
             out.append(distribution_statistics(head(pooled.to(head.weight.dtype)), config)[0].cpu())
     return torch.cat(out)
-
-
-def floor_tokens(token_ids: list[list[int]], causal: bool) -> tuple[int, list[int]]:
-    """(tokens computed at least once, the attention context of each): a causal decoder pooled at the last token
-    needs each distinct token prefix once (a trie over all inputs, context = depth); otherwise each distinct input's
-    tokens, each seeing the whole input."""
-    contexts = []
-    if causal:
-        seen = set()
-        for ids in token_ids:
-            for k in range(len(ids)):
-                key = tuple(ids[: k + 1])
-                if key not in seen:
-                    seen.add(key)
-                    contexts.append(k + 1)
-    else:
-        for ids in {tuple(t) for t in token_ids}:
-            contexts += [len(ids)] * len(ids)
-    return len(contexts), contexts
-
-
-def backbone_flops(model, contexts: list[int]) -> float:
-    """Matrix FLOPs of the backbone: 2 x linear weights per token + 4 x attention width x context per token and layer."""
-    backbone = model.backbone
-    cfg = backbone.config.get_text_config()
-    linear = sum(m.weight.numel() for n, m in backbone.named_modules() if isinstance(m, torch.nn.Linear) and "pooler" not in n)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    width = cfg.num_attention_heads * head_dim
-    return 2.0 * linear * len(contexts) + 4.0 * width * cfg.num_hidden_layers * sum(contexts)
 
 
 def profile_predict(fn) -> dict:
@@ -366,7 +339,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
     p.add_argument("--backbone", action="append", choices=BACKBONES, help="repeatable; default smollm2 then minilm")
     p.add_argument("--data-dir", default=None, help="../shared/data by default")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's max_batch_tokens (default: its own, 4,096)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's max_batch_tokens (default: its own, 2,048 on the CPU)")
     p.add_argument("--naive-batch-sizes", default="4,8,16", help="batch sizes tried for the naive path")
     p.add_argument("--calib", type=int, default=120, help="records of the naive batch-size calibration")
     p.add_argument("--gemm-size", type=int, default=2048)
@@ -377,7 +350,7 @@ def main(argv=None) -> int:
     p.add_argument("--ablation-repeats", type=int, default=1, help="(default, variant) pairs per ablation; the median time ratio is reported")
     p.add_argument("--profile", action="store_true", help="also profile one run of predict, after (b): matrix multiplies (their GFLOP/s), attention, the rest; "
                    "the profiler's memory stays with the process, so later peaks (a next backbone's) count it: profile one backbone at a time")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs of (a), each between GEMM probes; medians reported")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs of (a), each between GEMM probes; medians reported")
     p.add_argument("--device", default="cpu", help="e.g. cuda: both paths and the GEMM probe run there")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights, activations, GEMM probe")
     p.add_argument("--tolerance", type=float, default=None, help="largest |mean a - mean b| allowed (1e-4 in float32, 0.05 otherwise)")

@@ -151,8 +151,8 @@ def main() -> None:
     p.add_argument("--n", type=int, default=1000, help="EVOUNA-NQ answers (default: %(default)s)")
     p.add_argument("--score-type", default="multinomial", choices=("multinomial", "beta", "bernoulli"))
     p.add_argument("--full-model", action="store_true", help="a fully fine-tuned model/lm instead of a LoRA adapter")
-    p.add_argument("--batch-size", type=int, default=16,
-                   help="the reference's --batch_size; ours gets --max-batch-tokens N x 256 (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16, help="the reference's --batch_size (default: %(default)s)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="ours (default: orca-score's own, the model's)")
     p.add_argument("--threads", type=int, default=1, help="OMP/torch threads of each side (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
@@ -188,7 +188,7 @@ def main() -> None:
         runs[f"ours_{name}"] = measure(
             [sys.executable, "-m", "eval_suite.scoring.cli", "--model", str(converted), "--input", str(out / f"{name}.jsonl"),
              "--output", str(out / f"ours_{name}.jsonl"), "--output-format", "reference", "--device", "cpu",
-             "--max-batch-tokens", str(args.batch_size * 256), "--quiet"], env=env, cwd=REPO, log=out / f"ours_{name}.log")
+             *(["--max-batch-tokens", str(args.max_batch_tokens)] if args.max_batch_tokens else []), "--quiet"], env=env, cwd=REPO, log=out / f"ours_{name}.log")
         results[name] = compare(read_jsonl(out / "reference" / name / "final_result.jsonl"), read_jsonl(out / f"ours_{name}.jsonl"))
 
     ref, ours = runs["reference_evouna"], runs["ours_evouna"]

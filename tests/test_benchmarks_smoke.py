@@ -210,8 +210,11 @@ def test_probe_ceiling_keeps_the_held_out_questions_out_of_train(shared_data, tm
 
 def test_bench_dtype_smoke(shared_data, tmp_path):
     out = tmp_path / "dtype.json"
-    lines = run("bench_dtype.py", "--backbone", "tiny-llama", "--n", "6", "--json", str(out))
-    assert re.fullmatch(r"tiny-llama float32_items_s=\S+ bfloat16_items_s=\S+ speedup_bf16=\S+ max_abs_mean_diff=\d+\.\d{4}", lines[-1]), lines[-1]
+    lines = run("bench_dtype.py", "--backbone", "tiny-llama", "--n", "6", "--gemm-size", "128", "--json", str(out))
+    assert re.fullmatch(r"tiny-llama float32_items_s=\S+ bfloat16_items_s=\S+ speedup_bf16=\S+ max_abs_mean_diff=\d+\.\d{4} "
+                        r"floor_fraction_float32=\S+ floor_fraction_bfloat16=\S+", lines[-1]), lines[-1]
     result = json.loads(out.read_text())
     assert set(result["runs"]) == {"float32", "bfloat16"} and result["n"] <= 6 and "avx512_bf16" in result["cpu"]
+    for run_ in result["runs"].values():  # the floor at each dtype's own GEMM rate, against that dtype's time
+        assert run_["floor_seconds"] > 0 and run_["gemm_gflops"] > 0 and run_["floor_fraction"] > 0
     assert 0 <= result["max_abs_mean_diff"] < 0.5  # the same head on the same inputs: bfloat16 rounding only
