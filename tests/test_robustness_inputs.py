@@ -564,7 +564,7 @@ def test_iter_records_streams_a_large_file_with_bounded_memory(tmp_path):
     size = path.stat().st_size
     script = textwrap.dedent(f"""
         import json, re
-        from dataset_builder.readers import iter_records
+        from orca_io.jsonl import iter_records
 
         def status(key):
             return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
