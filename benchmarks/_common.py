@@ -144,17 +144,21 @@ class PeakMemory:
         return (self.peak - self.start) / 2**20
 
 
-def gemm_gflops(size: int = 2048, repeats: int = 3, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
-    """Matrix-multiply rate (GFLOP/s) at the current torch thread count (or on the GPU): median of `repeats`."""
+def gemm_gflops(size: int = 2048, repeats: int = 3, device: str = "cpu", dtype: torch.dtype = torch.float32, op: str = "mm") -> float:
+    """Matrix-multiply rate (GFLOP/s) at the current torch thread count (or on the GPU): median of `repeats`.
+    `op`: "mm" (`torch.mm(a, b)`, the floor of bench_scoring.py) or "linear" (`F.linear(a, b)` = a @ b.T, what a
+    model's layers call: on CPUs without bfloat16 kernels `torch.mm` in bfloat16 takes a path 15-20x slower than
+    `F.linear`'s, so a bfloat16 floor needs "linear")."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
+    product = {"mm": torch.mm, "linear": torch.nn.functional.linear}[op]
     sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
-    torch.mm(a, b)
+    product(a, b)
     times = []
     for _ in range(repeats):
         sync()
         t = time.perf_counter()
-        torch.mm(a, b)
+        product(a, b)
         sync()
         times.append(time.perf_counter() - t)
     times.sort()
