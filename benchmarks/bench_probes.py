@@ -1,12 +1,16 @@
 """The probe suite on one model: accuracy overall, per question type and per kind, and the failing cases.
 
     .venv/bin/python benchmarks/bench_probes.py --model runs/quickstart/final --json runs/probes.json
+    .venv/bin/python benchmarks/bench_probes.py --model runs/qwen-zero-shot/final --set template_prefix='"<|im_start|>system\n..."'
+`--set FIELD=VALUE` changes a field of the loaded model's config for this run only (a prompt tried without saving a
+model); VALUE is read as JSON when it parses (a quoted string with \n escapes, a number, a list), else as text.
 Last line: `probe_accuracy=X (P/N) worst_type=TYPE:Y`. The cases and the pass rule: eval_suite/report/probes.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from _common import load_line, run_info  # sets the offline defaults and puts the repository on sys.path
@@ -34,16 +38,34 @@ def print_table(summary: dict, max_failures: int) -> None:
               f"{row['candidate']}")
 
 
+def config_changes(items: list[str], config) -> dict:
+    """`--set FIELD=VALUE` items as {field: value}; an unknown field or a missing `=` ends the run (exit 2)."""
+    import json
+
+    changes = {}
+    for item in items:
+        field, sep, text = item.partition("=")
+        if not sep or not hasattr(config, field):
+            print(f"error: --set {item!r}: expected FIELD=VALUE with a field of the model's config", file=sys.stderr)
+            raise SystemExit(2)
+        try:
+            changes[field] = json.loads(text)
+        except ValueError:
+            changes[field] = text
+    return changes
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="an ORCA folder or Hub id, e.g. runs/quickstart/final")
     p.add_argument("--revision", default=None, help="a Hub revision (branch, tag or commit)")
     p.add_argument("--probes", nargs="+", default=None, help=f"probe files or folders (default {PROBES_DIR})")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 4,096)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 2,048 on the CPU)")
     p.add_argument("--device", default=None, help="cpu, cuda, auto (default: where the model loads)")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: as saved)")
     p.add_argument("--max-failures", type=int, default=40, help="failing probes printed (all are in --json)")
     p.add_argument("--json", default=None, help="write the summary and every probe's row here")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="repeatable: a config field for this run")
     args = p.parse_args(argv)
 
     from eval_suite.models.loading import load_model, resolve_revision
@@ -51,6 +73,8 @@ def main(argv=None) -> int:
 
     records = load_probes(args.probes)
     model, tokenizer = load_model(args.model, revision=args.revision, device=args.device, dtype=args.dtype)
+    for field, value in config_changes(args.set, model.config).items():
+        setattr(model.config, field, value)
     print(f"{len(records)} probes from {len(probe_files(args.probes))} files; model {args.model}; {load_line()}", flush=True)
     rows = score_probes(model, tokenizer, records, max_batch_tokens=args.max_batch_tokens)
     summary = summarise(rows)

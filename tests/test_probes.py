@@ -140,3 +140,26 @@ def test_bench_probes_end_to_end(model_dir, probes, tmp_path):
     assert f"({sum(passed)}/{len(probes)})" in last
     # what eval code calls gives the same figures
     assert probe_suite.probe_accuracy(model, tokenizer)["passed"] == sum(passed)
+
+
+def test_bench_probes_set_changes_the_config_for_the_run_only(model_dir, probes, tmp_path):
+    """`--set template_prefix=...` scores the probes as a model saved with that prefix would; the folder is unchanged;
+    an unknown field or a missing `=` is a one-line error (exit 2)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    before = (model_dir / "config.json").read_text()
+    out = tmp_path / "probes.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_probes.py"), "--model", str(model_dir), "--json", str(out)]
+    proc = subprocess.run([*cmd, "--set", 'template_prefix="Judge this:\\n"'], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (model_dir / "config.json").read_text() == before
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    plain = [p["mean"] for p in model.predict(probes, tokenizer)]
+    model.config.template_prefix = "Judge this:\n"
+    prompted = [p["mean"] for p in model.predict(probes, tokenizer)]
+    assert prompted != pytest.approx(plain, abs=1e-4)  # the prefix reaches the backbone
+    assert [r["mean"] for r in json.loads(out.read_text())["rows"]] == pytest.approx(prompted, abs=1e-5)
+    for bad in ("no_such_field=1", "template_prefix"):
+        proc = subprocess.run([*cmd, "--set", bad], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 2 and "expected FIELD=VALUE" in proc.stderr and "Traceback" not in proc.stderr
