@@ -4,7 +4,7 @@ A head reads the score head's outputs z (N, num_outputs) as the parameters of a 
 statistics on the rating scale (mean, variance, the probability of each rating), the negative log-likelihood of
 individual ratings (the training loss), whether it predicts a variance at all (clamping needs one), and how it
 calibrates (the outputs that give back its own predictions, the direction of z that moves the predicted rating up:
-eval_suite.calibration). `OrcaConfig.score_type` names one; callers ask `head_for(config)`, never the name.
+eval_suite.scoring.calibration). `OrcaConfig.score_type` names one; callers ask `head_for(config)`, never the name.
 
 Adding a head: a subclass of `OrcaHead`, an entry in `HEADS`, its name in `OrcaConfig.score_type`'s Literal and
 tests (docs/model.md). `HEADS` is a plain dict of this file's own, like transformers' ACT2CLS: nothing is
@@ -103,7 +103,7 @@ class OrcaHead:
     def outputs_from_predictions(self, mean, variance, probs) -> torch.Tensor:
         """(N, num_outputs) float64 head outputs that give back the predictions (`mean` (N,), `variance` (N,),
         `probs` (N, K), float64, None where the head predicts none), up to what the likelihood ignores, so that an
-        affine map of them gives what the mapped head would predict (eval_suite.calibration)."""
+        affine map of them gives what the mapped head would predict (eval_suite.scoring.calibration)."""
         raise NotImplementedError
 
     def shift_direction(self) -> torch.Tensor:

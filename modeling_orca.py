@@ -95,7 +95,7 @@ def pad_ratings(ratings: list[list[int]], device=None) -> torch.Tensor:
 
 def clamp_confident_score(score01, variance, margin: float, threshold: float | None):
     """The reference release's clamping: a confident score (variance <= threshold) strictly within `margin` of 0
-    or 1 becomes exactly 0 or 1. The one rule: eval_suite.clamping applies and tunes it over arrays."""
+    or 1 becomes exactly 0 or 1. The one rule: eval_suite.scoring.clamping applies and tunes it over arrays."""
     if threshold is None or variance is None:
         return score01
     if score01 < margin and variance <= threshold:

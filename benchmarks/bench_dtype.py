@@ -21,7 +21,17 @@ import time
 from pathlib import Path
 
 import torch  # noqa: I001
-from _common import BACKBONES, backbone_flops, backbone_folder, floor_tokens, gemm_gflops, load_line, load_records, orca_model, run_info
+from _common import (
+    BACKBONES,
+    backbone_flops,
+    backbone_folder,
+    floor_tokens,
+    gemm_gflops,
+    load_line,
+    load_records,
+    orca_model,
+    run_info,
+)
 
 
 def cpu_bf16_support() -> dict:

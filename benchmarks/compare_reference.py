@@ -5,7 +5,7 @@ and the Python of an environment it is installed in (its `orca_score` package wi
 This script
 
 1. builds a checkpoint in the release's layout (model/config.yaml, model/lm/, model/model_minus_lm.pt, tokenizer/)
-   on SmolLM2-135M-Instruct (`eval_suite.backbones`): a LoRA adapter (r=16, random non-zero update) or a full model,
+   on SmolLM2-135M-Instruct (`eval_suite.models.backbones`): a LoRA adapter (r=16, random non-zero update) or a full model,
    and a random head scaled so that its predicted means spread over the rating scale;
 2. runs the release's `python -m orca_score.infer --cpu` on the edge-case records of `push_to_hub.py`
    (REFERENCE_EDGE_RECORDS) and on `--n` EVOUNA-NQ answers, written in the release's record format;
