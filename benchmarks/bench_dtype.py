@@ -1,15 +1,24 @@
-"""float32 against bfloat16 on this CPU: `predict` on the same EVOUNA-NQ answers (whole questions, shared prefixes)
-with the backbone's weights in each dtype, 2 threads; items/s and how far the bfloat16 scores are from float32's.
+"""float32 against bfloat16 (and int8) on this CPU: `predict` on the same EVOUNA-NQ answers (whole questions, shared
+prefixes) with the backbone's weights in each dtype, 2 threads; items/s and how far each dtype's scores are from
+float32's.
 
     .venv/bin/python benchmarks/bench_dtype.py --backbone smollm2 --n 1000
     .venv/bin/python benchmarks/bench_dtype.py --backbone qwen2.5-coder-1.5b-instruct --n 100 --json runs/bench_dtype_qwen.json
+    .venv/bin/python benchmarks/bench_dtype.py --model runs/qwen-judge/final --dtypes float32,int8 --n 100
 
-The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in both runs.
+The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in every run.
+`--model` times a trained judge instead (its own template and head), so the differences are those its users see.
+`int8` is not a dtype the package offers: the backbone's linear layers replaced by dynamically quantised int8 ones
+(`torch.ao.quantization.quantize_dynamic`, int8 weights per tensor, activations quantised per batch; deprecated by
+torch in favour of torchao, still in 2.13), measured to see what an int8 path would be worth on CPUs whose
+bfloat16 is slow.
 Also reports whether torch sees avx512_bf16 / AMX on this CPU and, per dtype, the compute floor as bench_scoring.py
 defines it (every distinct token prefix once) at that dtype's GEMM rate: a `--gemm-size`^3 `F.linear` of that
 dtype (the op the model's layers call; `torch.mm` in bfloat16 takes a far slower path here, its rate is recorded
-too), the median of 3 before and of 3 after the timed run, and `floor_fraction` = floor time / predict time.
-Last line: `BACKBONE float32_items_s=X bfloat16_items_s=Y speedup_bf16=Z max_abs_mean_diff=D`.
+too; int8: the quantised linear layer itself), the median of 3 before and of 3 after the timed run, and
+`floor_fraction` = floor time / predict time.
+Last line: `BACKBONE float32_items_s=X bfloat16_items_s=Y speedup_bfloat16=Z max_abs_mean_diff_bfloat16=D
+floor_fraction_float32=F floor_fraction_bfloat16=G` (the fields of each dtype of `--dtypes`, in its order).
 """
 
 from __future__ import annotations
@@ -39,6 +48,47 @@ def cpu_bf16_support() -> dict:
             "capability": torch.backends.cpu.get_cpu_capability()}
 
 
+def int8_linear(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` with its `nn.Linear` layers replaced, in place, by dynamically quantised int8 ones."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # "torch.ao.quantization is deprecated": known, said in the docstring above
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def linear_gflops(size: int, dtype: str) -> float:
+    """The GEMM rate of the model's layers in `dtype`: `F.linear` of two `size`^2 matrices; int8: a quantised
+    `size` x `size` linear layer on a float32 `size`^2 input (the activations' quantisation included)."""
+    if dtype != "int8":
+        return gemm_gflops(size, dtype=getattr(torch, dtype), op="linear")
+    layer, x = int8_linear(torch.nn.Sequential(torch.nn.Linear(size, size, bias=False))), torch.randn(size, size)
+    with torch.inference_mode():
+        layer(x)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            layer(x)
+            times.append(time.perf_counter() - t)
+    return 2 * size**3 / sorted(times)[1] / 1e9
+
+
+def load_judge(args, folder: str | None, pooling: str | None, dtype: str):
+    """(model, tokenizer) in `dtype`: the trained judge of `--model`, or the backbone with a seeded head."""
+    weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)
+    if args.model:
+        from eval_suite.models.loading import load_model
+
+        model, tokenizer = load_model(args.model, dtype=weights)
+    else:
+        model, tokenizer = orca_model(folder, pooling, dtype=weights)
+    if dtype == "int8":
+        int8_linear(model.backbone)
+    return model, tokenizer
+
+
 def floor_gflop(model, tokenizer, records: list[dict]) -> float:
     """The backbone's GFLOP for every distinct token prefix of the records' inputs (bench_scoring.py's floor)."""
     from processing_orca import encode_fields, input_variants
@@ -50,46 +100,57 @@ def floor_gflop(model, tokenizer, records: list[dict]) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", default="smollm2", choices=[b for b in BACKBONES if b != "minilm"])
+    p.add_argument("--model", default=None, help="a trained judge's folder (or Hub id) instead of --backbone with a seeded head")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated, float32 first: float32, bfloat16, int8 (default: %(default)s)")
     p.add_argument("--n", type=int, default=1000, help="answers (whole questions, EVOUNA-NQ)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--gemm-size", type=int, default=1024, help="the GEMM probe's size (default: %(default)s)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    dtypes = args.dtypes.split(",")
+    if dtypes[0] != "float32" or not set(dtypes) <= {"float32", "bfloat16", "int8"} or len(set(dtypes)) != len(dtypes):
+        p.error(f"--dtypes {args.dtypes}: float32 first, then any of bfloat16, int8, each once")
     torch.set_num_threads(args.threads)
     records = load_records(args.n)
     print(f"{len(records)} answers, {len({r['question'] for r in records})} questions; {args.threads} threads; {load_line()}", flush=True)
-    result = {"backbone": args.backbone, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
+    name = args.model or args.backbone
+    result = {"backbone": args.backbone, "model": args.model, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
     means = {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder, pooling = backbone_folder(args.backbone, Path(tmp))
-        for dtype in (torch.float32, torch.bfloat16):
-            name = str(dtype).removeprefix("torch.")
-            model, tokenizer = orca_model(folder, pooling, dtype=dtype)
+        folder, pooling = (None, None) if args.model else backbone_folder(args.backbone, Path(tmp))
+        for dtype in dtypes:
+            model, tokenizer = load_judge(args, folder, pooling, dtype)
             model.predict(records[:2], tokenizer)  # warm-up: one-time kernel choices
-            before = gemm_gflops(args.gemm_size, dtype=dtype, op="linear")
+            before = linear_gflops(args.gemm_size, dtype)
             start = time.perf_counter()
             preds = model.predict(records, tokenizer)
             seconds = time.perf_counter() - start
-            rate = (before + gemm_gflops(args.gemm_size, dtype=dtype, op="linear")) / 2
-            means[name] = torch.tensor([p["mean"] for p in preds], dtype=torch.float64)
+            rate = (before + linear_gflops(args.gemm_size, dtype)) / 2
+            means[dtype] = torch.tensor([p["mean"] for p in preds], dtype=torch.float64)
             floor_s = floor_gflop(model, tokenizer, records) / rate
-            result["runs"][name] = {"seconds": round(seconds, 2), "items_per_s": round(len(records) / seconds, 3),
-                                    "gemm_gflops": round(rate, 1), "mm_gflops": round(gemm_gflops(args.gemm_size, dtype=dtype), 1), "floor_seconds": floor_s, "floor_fraction": floor_s / seconds}
-            print(f"{name}: {seconds:.1f} s, {len(records) / seconds:.2f} answers/s; GEMM (F.linear) {rate:.1f} GFLOP/s, floor {floor_s:.1f} s, "
-                  f"floor fraction {floor_s / seconds:.2f}", flush=True)
+            run = {"seconds": round(seconds, 2), "items_per_s": round(len(records) / seconds, 3), "gemm_gflops": round(rate, 1),
+                   "floor_seconds": floor_s, "floor_fraction": floor_s / seconds}
+            if dtype != "int8":
+                run["mm_gflops"] = round(gemm_gflops(args.gemm_size, dtype=getattr(torch, dtype)), 1)
+            result["runs"][dtype] = run
+            print(f"{dtype}: {seconds:.1f} s, {len(records) / seconds:.2f} answers/s; GEMM ({'quantised ' if dtype == 'int8' else 'F.'}linear) "
+                  f"{rate:.1f} GFLOP/s, floor {floor_s:.1f} s, floor fraction {floor_s / seconds:.2f}", flush=True)
             del model
     from scipy.stats import spearmanr
 
-    diff = (means["bfloat16"] - means["float32"]).abs()
-    result.update(max_abs_mean_diff=float(diff.max()), mean_abs_mean_diff=float(diff.mean()),
-                  spearman_bf16_vs_f32=float(spearmanr(means["bfloat16"], means["float32"]).statistic),
-                  speedup_bf16=round(result["runs"]["float32"]["seconds"] / result["runs"]["bfloat16"]["seconds"], 3))
+    summary = [f"{d}_items_s={result['runs'][d]['items_per_s']}" for d in dtypes]
+    result["vs_float32"] = {}
+    for dtype in dtypes[1:]:
+        diff = (means[dtype] - means["float32"]).abs()
+        speedup = round(result["runs"]["float32"]["seconds"] / result["runs"][dtype]["seconds"], 3)
+        result["vs_float32"][dtype] = dict(max_abs_mean_diff=float(diff.max()), mean_abs_mean_diff=float(diff.mean()), speedup=speedup,
+                                           spearman=float(spearmanr(means[dtype], means["float32"]).statistic))
+        summary += [f"speedup_{dtype}={speedup}", f"max_abs_mean_diff_{dtype}={float(diff.max()):.4f}"]
+    summary += [f"floor_fraction_{d}={result['runs'][d]['floor_fraction']:.3f}" for d in dtypes]
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{args.backbone} float32_items_s={result['runs']['float32']['items_per_s']} bfloat16_items_s={result['runs']['bfloat16']['items_per_s']} "
-          f"speedup_bf16={result['speedup_bf16']} max_abs_mean_diff={result['max_abs_mean_diff']:.4f} "
-          f"floor_fraction_float32={result['runs']['float32']['floor_fraction']:.3f} floor_fraction_bfloat16={result['runs']['bfloat16']['floor_fraction']:.3f}")
+    print(name + " " + " ".join(summary))
     return 0
 
 

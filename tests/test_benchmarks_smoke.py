@@ -210,11 +210,33 @@ def test_probe_ceiling_keeps_the_held_out_questions_out_of_train(shared_data, tm
 
 def test_bench_dtype_smoke(shared_data, tmp_path):
     out = tmp_path / "dtype.json"
-    lines = run("bench_dtype.py", "--backbone", "tiny-llama", "--n", "6", "--gemm-size", "128", "--json", str(out))
-    assert re.fullmatch(r"tiny-llama float32_items_s=\S+ bfloat16_items_s=\S+ speedup_bf16=\S+ max_abs_mean_diff=\d+\.\d{4} "
-                        r"floor_fraction_float32=\S+ floor_fraction_bfloat16=\S+", lines[-1]), lines[-1]
+    lines = run("bench_dtype.py", "--backbone", "tiny-llama", "--n", "6", "--gemm-size", "128", "--dtypes", "float32,bfloat16,int8",
+                "--json", str(out))  # fmt: skip
+    assert re.fullmatch(r"tiny-llama float32_items_s=\S+ bfloat16_items_s=\S+ int8_items_s=\S+ speedup_bfloat16=\S+ "
+                        r"max_abs_mean_diff_bfloat16=\d+\.\d{4} speedup_int8=\S+ max_abs_mean_diff_int8=\d+\.\d{4} "
+                        r"floor_fraction_float32=\S+ floor_fraction_bfloat16=\S+ floor_fraction_int8=\S+", lines[-1]), lines[-1]
     result = json.loads(out.read_text())
-    assert set(result["runs"]) == {"float32", "bfloat16"} and result["n"] <= 6 and "avx512_bf16" in result["cpu"]
+    assert set(result["runs"]) == {"float32", "bfloat16", "int8"} and result["n"] <= 6 and "avx512_bf16" in result["cpu"]
     for run_ in result["runs"].values():  # the floor at each dtype's own GEMM rate, against that dtype's time
         assert run_["floor_seconds"] > 0 and run_["gemm_gflops"] > 0 and run_["floor_fraction"] > 0
-    assert 0 <= result["max_abs_mean_diff"] < 0.5  # the same head on the same inputs: bfloat16 rounding only
+    for dtype in ("bfloat16", "int8"):  # the same head on the same inputs: rounding only, but rounding that really ran
+        assert 0 < result["vs_float32"][dtype]["max_abs_mean_diff"] < 0.5
+
+
+def test_bench_dtype_refuses_bad_dtypes(shared_data):
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_dtype.py"), "--dtypes", "int8,float32"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--dtypes int8,float32: float32 first" in proc.stderr
+
+
+def test_bench_dtype_times_a_saved_judge(shared_data, tmp_path):
+    from conftest import tiny_llama_orca
+
+    model, tokenizer = tiny_llama_orca()
+    model.save_pretrained(tmp_path / "judge")
+    tokenizer.save_pretrained(tmp_path / "judge")
+    out = tmp_path / "dtype.json"
+    lines = run("bench_dtype.py", "--model", str(tmp_path / "judge"), "--n", "6", "--gemm-size", "128", "--dtypes", "float32,int8",
+                "--json", str(out))  # fmt: skip
+    assert lines[-1].startswith(f"{tmp_path / 'judge'} float32_items_s=") and "speedup_int8=" in lines[-1]
+    result = json.loads(out.read_text())
+    assert result["model"] == str(tmp_path / "judge") and set(result["runs"]) == {"float32", "int8"}
