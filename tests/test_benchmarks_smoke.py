@@ -219,6 +219,7 @@ def test_bench_dtype_smoke(shared_data, tmp_path):
     assert set(result["runs"]) == {"float32", "bfloat16", "int8"} and result["n"] <= 6 and "avx512_bf16" in result["cpu"]
     for run_ in result["runs"].values():  # the floor at each dtype's own GEMM rate, against that dtype's time
         assert run_["floor_seconds"] > 0 and run_["gemm_gflops"] > 0 and run_["floor_fraction"] > 0
+    assert len({run_["floor_gflop"] for run_ in result["runs"].values()}) == 1  # the same work in each dtype
     for dtype in ("bfloat16", "int8"):  # the same head on the same inputs: rounding only, but rounding that really ran
         assert 0 < result["vs_float32"][dtype]["max_abs_mean_diff"] < 0.5
 
