@@ -151,8 +151,9 @@ class OrcaPreTrainedModel(PreTrainedModel):
 
 class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
     # most tokens of a batch on CPU when `max_batch_tokens` is not given (DEFAULT_BATCH_TOKENS elsewhere): on a quiet
-    # 2-core machine, SmolLM2 on 1,000 answers, 512-2,048 took 65-71 s and 4,096 76-79 s (docs/performance.md, round 7)
-    cpu_batch_tokens = 2048
+    # 2-core machine, SmolLM2 on 1,000 answers, 512-2,048 took 65-71 s and 4,096 76-79 s; the Qwen2.5-1.5B judge on 50
+    # answers, 1,024 against 2,048 in three alternating pairs, 1.20-1.39x faster (docs/performance.md, rounds 7 and 8)
+    cpu_batch_tokens = 1024
 
     # tokens of one prefix-tree row in `predict` (a question's shared ids and some of its answers' ids): every
     # token of a row is scored against all of the row's keys, masked or not, so longer rows waste attention work
@@ -331,7 +332,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         each alias is one input and the alias giving the highest mean wins. `encode` then `predict_from_states`.
 
         Batches hold up to `max_batch_tokens` tokens, padding included (default: `cpu_batch_tokens` on CPU, else
-        DEFAULT_BATCH_TOKENS: 2,048 and 4,096), longest inputs first, so a batch holds many short inputs or few long
+        DEFAULT_BATCH_TOKENS: 1,024 and 4,096), longest inputs first, so a batch holds many short inputs or few long
         ones. `batch_size` (deprecated: not a count of inputs) means `batch_size` x 256 tokens, at most
         `cpu_batch_tokens` on CPU. Inputs are tokenised once; identical inputs are scored once. With `share_prefix`
         (default: the config's `share_prefix`) and `prefix_sharing_supported`, the answers to one question share

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=40, help="many-alias records (EVOUNA-NQ answers)")
     p.add_argument("--min-aliases", type=int, default=5)
     p.add_argument("--dev-items", type=int, default=0, help="dev items for the quality check (0 = the whole split)")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 2,048 on the CPU)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 1,024 on the CPU)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="an ORCA folder or Hub id, e.g. runs/quickstart/final")
     p.add_argument("--revision", default=None, help="a Hub revision (branch, tag or commit)")
     p.add_argument("--probes", nargs="+", default=None, help=f"probe files or folders (default {PROBES_DIR})")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 2,048 on the CPU)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's (default: its own, 1,024 on the CPU)")
     p.add_argument("--device", default=None, help="cpu, cuda, auto (default: where the model loads)")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: as saved)")
     p.add_argument("--max-failures", type=int, default=40, help="failing probes printed (all are in --json)")

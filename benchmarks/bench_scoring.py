@@ -339,7 +339,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=1000, help="answers to score (whole questions, EVOUNA-NQ)")
     p.add_argument("--backbone", action="append", choices=BACKBONES, help="repeatable; default smollm2 then minilm")
     p.add_argument("--data-dir", default=None, help="../shared/data by default")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's max_batch_tokens (default: its own, 2,048 on the CPU)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="predict's max_batch_tokens (default: its own, 1,024 on the CPU)")
     p.add_argument("--naive-batch-sizes", default="4,8,16", help="batch sizes tried for the naive path")
     p.add_argument("--calib", type=int, default=120, help="records of the naive batch-size calibration")
     p.add_argument("--gemm-size", type=int, default=2048)

@@ -431,7 +431,7 @@ def test_model_flags_are_shared_with_visible_defaults_and_help_lists_the_input_f
         for flag in ("--device", "--dtype", "--max-batch-tokens", "--batch-size", "--quiet"):
             assert flag in text, (parser.prog, flag)
         flat = " ".join(text.split())  # argparse wraps long help lines
-        assert "(default: auto = the GPU" in flat and "(default: the model's, 2,048 on the CPU, 4,096 elsewhere)" in flat
+        assert "(default: auto = the GPU" in flat and "(default: the model's, 1,024 on the CPU, 4,096 elsewhere)" in flat
     text = " ".join(cli.build_parser().format_help().split())
     for words in ("required id (unique string), question, reference", "optional rationale", "ratings",
                   'example {"id": "q1-a"', "--output-format"):

@@ -105,7 +105,7 @@ def test_small_rows_and_token_budgets_split_groups_exactly(smollm2_tokenizer):
 def test_the_deprecated_batch_size_warns_and_equals_its_token_budget(smollm2_tokenizer, monkeypatch):
     """Issue 50: `batch_size` was a token budget (N x 256 tokens) under a name that means a count of inputs;
     `max_batch_tokens` is the knob, `batch_size` still works for a release with a FutureWarning, and scores
-    exactly as its budget. The defaults: 2,048 tokens on the CPU (issue 52), 4,096 off it."""
+    exactly as its budget. The defaults: 1,024 tokens on the CPU (issues 52 and 51), 4,096 off it."""
     import warnings
 
     model = tiny("llama", len(smollm2_tokenizer))
@@ -120,15 +120,15 @@ def test_the_deprecated_batch_size_warns_and_equals_its_token_budget(smollm2_tok
     assert torch.equal(states, new_states) and owner == new_owner
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning without batch_size
-        assert model.predict(recs, smollm2_tokenizer) == model.predict(recs, smollm2_tokenizer, max_batch_tokens=2048)
+        assert model.predict(recs, smollm2_tokenizer) == model.predict(recs, smollm2_tokenizer, max_batch_tokens=1024)
     with pytest.raises(ValueError, match="not both"):
         model.predict(recs, smollm2_tokenizer, max_batch_tokens=512, batch_size=2)
     with pytest.raises(TypeError):
         model.predict(recs, smollm2_tokenizer, 16)  # keyword-only: a positional 16 read as inputs would mislead
     budget = model._batch_token_budget
-    assert budget(None, None) == 2048 and budget(1000, None) == 1000
+    assert budget(None, None) == 1024 and budget(1000, None) == 1000
     with pytest.warns(FutureWarning):
-        assert budget(None, 64) == model.cpu_batch_tokens == 2048  # the CPU cap
+        assert budget(None, 64) == model.cpu_batch_tokens == 1024  # the CPU cap
     monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
     assert budget(None, None) == 4096 and budget(100_000, None) == 100_000
     with pytest.warns(FutureWarning):

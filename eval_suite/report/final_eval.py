@@ -17,7 +17,7 @@ PREDICTION_FIELDS = ("benchmark", "question_id", "answerer", "modality", "catego
 def run_batch_tokens(model, cfg: dict) -> int:
     """`predict`'s max_batch_tokens for a run's evaluations: training.per_device_batch_size x 256 tokens, at most the
     model's cpu_batch_tokens on the CPU, which is what `predict(batch_size=per_device_batch_size)` gave before
-    `batch_size` was named for what it is, so a run's scores follow predict's (16: 4,096 tokens, 2,048 on the CPU)."""
+    `batch_size` was named for what it is, so a run's scores follow predict's (16: 4,096 tokens, 1,024 on the CPU)."""
     from modeling_orca import TOKENS_PER_BATCH_SIZE_UNIT
 
     budget = cfg["training"]["per_device_batch_size"] * TOKENS_PER_BATCH_SIZE_UNIT

@@ -47,7 +47,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, model: bool = True) 
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--max-batch-tokens", type=_positive_int, default=None, metavar="N",
                         help="tokens per forward pass, padding included, longest inputs first: many short inputs or "
-                             "few long ones (default: the model's, 2,048 on the CPU, 4,096 elsewhere)")
+                             "few long ones (default: the model's, 1,024 on the CPU, 4,096 elsewhere)")
     budget.add_argument("--batch-size", type=_positive_int, dest="max_batch_tokens", action=_DeprecatedBatchSize, metavar="N",
                         help="deprecated alias: --max-batch-tokens N x 256")
     parser.add_argument("--quiet", action="store_true",

@@ -35,7 +35,7 @@ class ScoreOptions:
     revision: str | None = None  # Hub branch, tag or commit (ignored for a folder)
     device: str = "auto"  # "auto": the GPU when there is one
     dtype: str = "auto"  # auto, float32, bfloat16, float16
-    max_batch_tokens: int | None = None  # tokens per forward pass, padding included (None: the model's, 2,048 on the CPU, 4,096 elsewhere)
+    max_batch_tokens: int | None = None  # tokens per forward pass, padding included (None: the model's, 1,024 on the CPU, 4,096 elsewhere)
     quiet: bool = False  # no progress bar (the CLI also silences the libraries' logging)
     input: Path  # JSONL records
     output: Path  # JSONL, one line per non-blank input line
