@@ -102,22 +102,37 @@ class PrefixTree:
 
 def prefix_tree_rows(token_ids: list[list[int]], groups=None, max_row_tokens: int | None = None) -> list[PrefixTree]:
     """The inputs as prefix trees, one per row. Inputs with equal `groups` keys (all, without `groups`) share a
-    trie, in sorted order so that similar inputs are neighbours; a row is closed when the next input's new tokens
-    would take it past `max_row_tokens`."""
+    trie, in sorted order so that similar inputs are neighbours; a trie is closed when the next input's new tokens
+    would take it past `max_row_tokens`. With `max_row_tokens`, the tries of several groups are then merged into
+    one up to that size (largest first, into the first row they fit): the tokens the groups have in common (an
+    instruction before the question) are computed once per row, and batches of full rows hold little padding."""
     members: dict[Any, list[int]] = {}
     for i, ids in enumerate(token_ids):
         if not ids:
             raise ValueError(f"input {i} has no tokens")
         members.setdefault(None if groups is None else groups[i], []).append(i)
-    rows = []
+    tries = []
     for group in members.values():
         tree = PrefixTree()
         for i in sorted(group, key=lambda i: token_ids[i]):
             if max_row_tokens and tree.ends and len(tree.tokens) + tree.new_nodes(token_ids[i]) > max_row_tokens:
-                rows.append(tree)
+                tries.append(tree)
                 tree = PrefixTree()
             tree.add(i, token_ids[i])
-        rows.append(tree)
+        tries.append(tree)
+    if not max_row_tokens:
+        return tries
+    rows: list[PrefixTree] = []
+    for tree in sorted(tries, key=lambda t: -len(t.tokens)):
+        # a row already holding the start of the tree's first input gets at most len(tree) - that start new tokens
+        first = token_ids[tree.ends[0][0]]
+        room = max_row_tokens - len(tree.tokens) + len(first)  # for a row's tokens + the new ones along `first`
+        row = next((r for r in rows if len(r.tokens) <= room and len(r.tokens) + r.new_nodes(first) <= room), None)
+        if row is None:
+            rows.append(tree)
+        else:
+            for i, _ in tree.ends:
+                row.add(i, token_ids[i])
     return rows
 
 
@@ -145,8 +160,8 @@ def pack_prefix_tree(token_ids: list[list[int]], pad_token_id: int, *, groups=No
     """Inputs (token id lists) as prefix-tree rows, for `forward` (training) as `predict` lays them out:
     `input_ids` (R, L), `attention_mask` (R, 1, L, L) bool (True: may attend), `position_ids` (R, L) (the depth
     in the trie) and `pool_index` (N, 2) long: (row, position) of each input's last token, in input order.
-    `groups`: one hashable key per input (e.g. its question); inputs share rows only with inputs of the same key
-    (all inputs share, without it). `max_row_tokens`: start a new row rather than pass this many tokens."""
+    `groups`: one hashable key per input (e.g. its question); inputs share a trie only with inputs of the same key
+    (all inputs, without it). `max_row_tokens`: no row longer than this; small groups' tries are merged up to it."""
     rows = prefix_tree_rows(token_ids, groups, max_row_tokens)
     packed, inputs = pack_rows(rows, pad_token_id)
     pool_index = torch.empty_like(packed["pool_index"])

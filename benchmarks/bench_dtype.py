@@ -7,7 +7,9 @@ float32's.
     .venv/bin/python benchmarks/bench_dtype.py --model runs/qwen-judge/final --dtypes float32,int8 --n 100
 
 The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in every run.
-`--model` times a trained judge instead (its own template and head), so the differences are those its users see.
+`--model` times a trained judge instead (its own template and head), so the differences are those its users see;
+its weights and config run on this repository's code, not on the copy of the model files saved with it (a judge
+trained before a change to the scoring path, e.g. `cpu_batch_tokens`, would otherwise be timed on the old path).
 `int8` is not a dtype the package offers: the backbone's linear layers replaced by dynamically quantised int8 ones
 (`torch.ao.quantization.quantize_dynamic`, int8 weights per tensor, activations quantised per batch; deprecated by
 torch in favour of torchao, still in 2.13), measured to see what an int8 path would be worth on CPUs whose
@@ -79,9 +81,12 @@ def load_judge(args, folder: str | None, pooling: str | None, dtype: str):
     """(model, tokenizer) in `dtype`: the trained judge of `--model`, or the backbone with a seeded head."""
     weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)
     if args.model:
-        from eval_suite.models.loading import load_model
+        from transformers import AutoTokenizer
 
-        model, tokenizer = load_model(args.model, dtype=weights)
+        from modeling_orca import OrcaForCorrectnessDistribution
+
+        model = OrcaForCorrectnessDistribution.from_pretrained(args.model, dtype=weights, use_safetensors=True).eval()
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)  # its config.json names the remote classes
     else:
         model, tokenizer = orca_model(folder, pooling, dtype=weights)
     if dtype == "int8":
@@ -114,7 +119,7 @@ def main(argv=None) -> int:
     records = load_records(args.n)
     print(f"{len(records)} answers, {len({r['question'] for r in records})} questions; {args.threads} threads; {load_line()}", flush=True)
     name = args.model or args.backbone
-    result = {"backbone": args.backbone, "model": args.model, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
+    result = {"backbone": None if args.model else args.backbone, "model": args.model, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
     means = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder, pooling = (None, None) if args.model else backbone_folder(args.backbone, Path(tmp))

@@ -235,6 +235,8 @@ def test_bench_dtype_times_a_saved_judge(shared_data, tmp_path):
     model, tokenizer = tiny_llama_orca()
     model.save_pretrained(tmp_path / "judge")
     tokenizer.save_pretrained(tmp_path / "judge")
+    # the judge is timed on this repository's code, not on the copy saved with it (which may be older)
+    (tmp_path / "judge" / "modeling_orca.py").write_text("raise RuntimeError('the saved copy of the code ran')\n")
     out = tmp_path / "dtype.json"
     lines = run("bench_dtype.py", "--model", str(tmp_path / "judge"), "--n", "6", "--gemm-size", "128", "--dtypes", "float32,int8",
                 "--json", str(out))  # fmt: skip

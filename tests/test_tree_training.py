@@ -9,7 +9,7 @@ import torch
 
 from configuration_orca import OrcaConfig
 from modeling_orca import OrcaForCorrectnessDistribution, pad_ratings
-from packing_orca import pack_prefix_tree
+from packing_orca import pack_prefix_tree, prefix_tree_rows
 from training.model import tiny_backbone_config
 
 VOCAB = 300
@@ -128,6 +128,39 @@ def test_packing_shares_each_prefix_once_per_group_in_input_order():
     assert small["input_ids"].shape[0] > 1 and (small["attention_mask"][:, 0].sum(-1) > 0).all()
     with pytest.raises(ValueError, match="input 1 has no tokens"):
         pack_prefix_tree([[1, 2], []], PAD)
+
+
+def test_small_groups_share_rows_up_to_max_row_tokens_and_stay_exact():
+    """Several questions' tries merged into one row (less padding in `predict`'s batches, a common start such as an
+    instruction computed once per row): each input still sees exactly its own tokens at its own positions, no row
+    passes `max_row_tokens`, and the loss and gradients are those of one row per input."""
+    ids, groups, ratings = grouped_inputs()
+    instruction = [7, 8, 9, 10, 11]
+    ids = [instruction + t for t in ids]
+    sizes = sorted(len(r.tokens) for r in prefix_tree_rows(ids, groups))  # one trie per question: 31, 36, 64 tokens
+    assert len(sizes) == 3 and sizes[0] + sizes[1] - len(instruction) <= sizes[2]
+    shared = len(instruction)
+    # (max_row_tokens, rows, real tokens): all in one row, the instruction once; the largest alone, the others
+    # together; smaller than the largest, which splits (only the limit and exactness are checked)
+    for limit, n_rows, real_tokens in ((sum(sizes) - 2 * shared, 1, sum(sizes) - 2 * shared), (sum(sizes) - 2 * shared - 1, 2, sum(sizes) - shared),
+                                       (sizes[2], 2, sum(sizes) - shared), (max(map(len, ids)) + 2, None, None)):  # fmt: skip
+        packed = pack_prefix_tree(ids, PAD, groups=groups, max_row_tokens=limit)
+        real = packed["attention_mask"][:, 0].diagonal(dim1=-2, dim2=-1) & (packed["input_ids"] != PAD)
+        if n_rows:
+            assert (packed["input_ids"].shape[0], int(real.sum())) == (n_rows, real_tokens), limit
+        assert int(real.sum(-1).max()) <= limit
+        for i, (row, node) in enumerate(packed["pool_index"].tolist()):
+            seen = packed["attention_mask"][row, 0, node].nonzero().flatten()
+            assert packed["input_ids"][row, seen].tolist() == ids[i]
+            assert packed["position_ids"][row, seen].tolist() == list(range(len(ids[i])))
+    model = tiny_model("llama", "sdpa", "multinomial", lora=False)
+    ratings = pad_ratings(ratings)
+    plain_logits, plain_loss, plain_grads = one_row_each(model, ids, ratings)
+    tree_logits, tree_loss, tree_grads = tree_rows(model, pack_prefix_tree(ids, PAD, groups=groups, max_row_tokens=sum(sizes)), ratings)
+    torch.testing.assert_close(tree_logits, plain_logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tree_loss, plain_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(tree_grads[name], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()), msg=name)
 
 
 @pytest.mark.parametrize("kind, pooling", [("bert", "cls"), ("llama", "mean")])
