@@ -64,9 +64,10 @@ def test_pipeline_in_a_fresh_process_returns_predicts_numbers(score_type, tmp_pa
         assert len(got[key]) == len(RECORDS)
         for a, b in zip(got[key], want):
             assert a.keys() == b.keys()
+            # predict fills prefix-tree rows with the questions of its call: other calls, other rows, float rounding
             for field in ("mean", "variance", "score", "nll"):
-                assert a.get(field) == pytest.approx(b.get(field), abs=1e-6), (key, field)
-            assert a["probs"] == pytest.approx(b["probs"], abs=1e-6)
+                assert a.get(field) == pytest.approx(b.get(field), abs=1e-5), (key, field)
+            assert a["probs"] == pytest.approx(b["probs"], abs=1e-5)
     assert got["one"]["mean"] == pytest.approx(want[2]["mean"], abs=1e-6)
 
 
