@@ -302,8 +302,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         self._states_of_batches(padded_batches(token_ids, pad_id, budget), out, rows, progress)
 
     def _states_shared(self, token_ids: list[list[int]], groups: list, pad_id: int, budget: int, out: torch.Tensor, rows: list[int], progress) -> None:
-        """Pooled states of each input into `out[rows]`, the inputs of one group (the same ids before the candidate)
-        sharing a trie, in prefix-tree rows of at most `share_row_tokens` tokens and at most the batch budget
+        """Pooled states of each input into `out[rows]`: the inputs of one group (the same ids before the candidate)
+        share a trie, and tries share prefix-tree rows of at most `share_row_tokens` and the batch budget
         (packing_orca.prefix_tree_batches)."""
         batches = prefix_tree_batches(token_ids, pad_id, budget, groups=groups, max_row_tokens=min(self.share_row_tokens, budget))
         self._states_of_batches(batches, out, rows, progress)
