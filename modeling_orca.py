@@ -155,7 +155,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
     # answers, 1,024 against 2,048 in three alternating pairs, 1.20-1.39x faster (docs/performance.md, rounds 7 and 8)
     cpu_batch_tokens = 1024
 
-    # tokens of one prefix-tree row in `predict` (a question's shared ids and some of its answers' ids): every
+    # tokens of one prefix-tree row in `predict` (the tries of one or more questions, never more than the batch): every
     # token of a row is scored against all of the row's keys, masked or not, so longer rows waste attention work
     share_row_tokens = 512
 

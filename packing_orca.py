@@ -1,4 +1,4 @@
-"""Batches of token ids: padded rows, and prefix-tree rows that hold the answers to one question together.
+"""Batches of token ids: padded rows, and prefix-tree rows that hold the answers to a question together.
 
 The answers to one question share their first tokens (question, reference, rationale). In a causal decoder a
 token's hidden states depend on its prefix only, so inputs can be laid out as a trie in one batch row, each
@@ -101,7 +101,7 @@ class PrefixTree:
 
 
 def prefix_tree_rows(token_ids: list[list[int]], groups=None, max_row_tokens: int | None = None) -> list[PrefixTree]:
-    """The inputs as prefix trees, one per row. Inputs with equal `groups` keys (all, without `groups`) share a
+    """The inputs as prefix trees in rows. Inputs with equal `groups` keys (all, without `groups`) share a
     trie, in sorted order so that similar inputs are neighbours; a trie is closed when the next input's new tokens
     would take it past `max_row_tokens`. With `max_row_tokens`, the tries of several groups are then merged into
     one up to that size (largest first, into the first row they fit): the tokens the groups have in common (an
