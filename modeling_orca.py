@@ -28,12 +28,12 @@ try:  # loaded by transformers from a Hub snapshot: the other files sit beside t
     from .configuration_orca import OrcaConfig
     from .heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
     from .packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
-    from .processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
+    from .processing_orca import distinct_inputs, format_input, record_variants, set_pad_token
 except ImportError:  # imported from the repository / an installed package
     from configuration_orca import OrcaConfig
     from heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
     from packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
-    from processing_orca import distinct_inputs, format_input, input_variants, set_pad_token
+    from processing_orca import distinct_inputs, format_input, record_variants, set_pad_token
 
 logger = logging.get_logger(__name__)
 
@@ -393,11 +393,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         """(states, owner): the pooled final hidden state of every input variant of every record (one per alias with
         reference_mode='max'), (V, H) on the CPU in the backbone's dtype, and the index of each variant's record.
         Batching and prefix sharing as in `predict`; the model is left in the mode it was in."""
-        variants, owner = [], []
-        for i, record in enumerate(records):
-            for fields in input_variants(record, self.config):
-                variants.append(fields)
-                owner.append(i)
+        variants, owner = record_variants(records, self.config)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         budget = self._batch_token_budget(max_batch_tokens, batch_size)
         share = self.config.share_prefix if share_prefix is None else share_prefix

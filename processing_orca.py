@@ -114,6 +114,16 @@ def input_variants(record: dict, config: OrcaConfig) -> list[dict[str, str]]:
     return [input_fields(record, config)]
 
 
+def record_variants(records: list[dict], config: OrcaConfig) -> tuple[list[dict[str, str]], list[int]]:
+    """Every record's `input_variants`, in order, and the index of each variant's record."""
+    variants, owner = [], []
+    for i, record in enumerate(records):
+        for fields in input_variants(record, config):
+            variants.append(fields)
+            owner.append(i)
+    return variants, owner
+
+
 def split_fields(fields: dict[str, str], config: OrcaConfig) -> tuple[str, str]:
     """The rendered input cut in two just before the candidate's separator: `(shared, item)` with
     `shared + item == render_fields(fields, config)`. `shared` holds the fields before the candidate (the
@@ -223,6 +233,7 @@ __all__ = [
     "input_fields",
     "input_variants",
     "join_references",
+    "record_variants",
     "reference_list",
     "render_fields",
     "set_pad_token",

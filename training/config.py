@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
         # (more questions in a step); null keeps every question whole
         "max_answers_per_question": None,
         # the backbone frozen and only the head trained, on pooled states computed once and cached on disk
-        # (training/frozen.py): a big backbone on a CPU. LoRA must be off
+        # (training/frozen.py): a big backbone on a CPU. LoRA (lora.*) only in stages with top_layers
         "frozen_backbone": False,
         "state_cache": None,  # the states' folder; null: $ORCA_CACHE/states
     },
@@ -106,6 +106,8 @@ STAGE_KEYS: dict[str, tuple[type | tuple, str]] = {
     "max_minutes": (float, "none: a wall-clock budget for the stage"),
     "max_length": (int, "model.orca.max_length: a shorter token budget for this stage's training inputs"),
     "max_items": (int, "none: with training.frozen_backbone, a seeded sample of at most this many training items"),
+    "top_layers": (int, "0: with training.frozen_backbone, LoRA (lora.*) on the backbone's last N layers too, trained on "
+                        "cached states of the layer below them (training/top_layers.py)"),
 }
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
               dict: "a mapping"}
@@ -275,13 +277,34 @@ def check_stages(config: dict) -> None:
         raise SystemExit(f"training.lr_floor_ratio is {floor}; it must be at least 0 and below 1")
     if config["training"]["batching"] not in ("auto", "shuffled", "question"):
         raise SystemExit(f"training.batching is {config['training']['batching']!r}; choose auto, shuffled or question")
-    if config["training"]["frozen_backbone"] and config["lora"]["enabled"]:
-        raise SystemExit("training.frozen_backbone trains the head only: set lora.enabled false")
+    check_top_layers(config)
     if config["model"]["head_init"] not in (None, "verdict"):
         raise SystemExit(f"model.head_init is {config['model']['head_init']!r}; choose verdict or null")
     cap = config["training"]["max_answers_per_question"]
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise SystemExit(f"training.max_answers_per_question is {cap!r}; it must be a whole number of at least 1 or null")
+
+
+def check_top_layers(config: dict) -> None:
+    """stages.NAME.top_layers: only with a frozen backbone and LoRA on, one value for every stage that sets it, and
+    those stages last (the head-only stages read pooled states of the backbone without adapters)."""
+    stages = [(name, s.get("top_layers") or 0) for name, s in config["stages"].items() if name not in config["skip_stages"]]
+    tops = [k for _, k in stages if k]
+    frozen, lora = config["training"]["frozen_backbone"], config["lora"]["enabled"]
+    if any(not isinstance(k, int) or isinstance(k, bool) or k < 0 for _, k in stages):
+        raise SystemExit(f"top_layers must be a whole number of at least 0; stages have {dict(stages)}")
+    if tops and not frozen:
+        raise SystemExit("stages.NAME.top_layers needs training.frozen_backbone true (LoRA on the whole backbone is lora.enabled alone)")
+    if frozen and lora and not tops:
+        raise SystemExit("training.frozen_backbone trains the head only: set lora.enabled false, or stages.NAME.top_layers "
+                         "for LoRA on the top layers")
+    if tops and not lora:
+        raise SystemExit("stages.NAME.top_layers trains LoRA adapters: set lora.enabled true")
+    if len(set(tops)) > 1:
+        raise SystemExit(f"stages set different top_layers {dict(stages)}: use one value")
+    first = next((i for i, (_, k) in enumerate(stages) if k), len(stages))
+    if any(not k for _, k in stages[first:]):
+        raise SystemExit(f"a head-only stage follows one with top_layers {dict(stages)}: put the top_layers stages last")
 
 
 # ------------------------------------------------------------------------------------------------ resume

@@ -105,21 +105,25 @@ def init_head_from_verdict(model, tokenizer, folder: str, verdict_tokens: list[s
 
 
 def add_lora(model, cfg: dict):
-    """The model with LoRA adapters (`cfg["lora"]`) and its head trained fully; unchanged when LoRA is off."""
+    """The model with LoRA adapters (`cfg["lora"]`) and its head trained fully; unchanged when LoRA is off or the
+    backbone frozen (its stages put adapters on the top layers only: training/top_layers.py)."""
     lora = cfg["lora"]
-    if not lora["enabled"]:
+    if not lora["enabled"] or cfg["training"]["frozen_backbone"]:
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets = lora["target_modules"]
-    if targets == "auto":
-        family = "bert" if model.config.backbone_config.model_type == "bert" else "default"
-        targets = LORA_TARGETS[family]
     peft_config = LoraConfig(
-        r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=targets,
+        r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=lora_targets(model, lora),
         modules_to_save=["score_head"],  # the head is trained fully
     )
     return get_peft_model(model, peft_config)
+
+
+def lora_targets(model, lora: dict) -> list[str]:
+    """`lora.target_modules`, "auto" resolved to the architecture family's attention and MLP projections."""
+    if lora["target_modules"] != "auto":
+        return lora["target_modules"]
+    return LORA_TARGETS["bert" if model.config.backbone_config.model_type == "bert" else "default"]
 
 
 def unwrap_orca(model) -> OrcaForCorrectnessDistribution:
