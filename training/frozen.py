@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from training.data import load_stage_data, sample_questions
+from training.model import load_trainable_state
 from training.schedule import EarlyStopping, make_optimizer
 from training.state_cache import CachedStatesJudge, StateCache
 from training.top_layers import add_top_lora, check_supported, num_layers, pooled_from_layer
@@ -116,20 +117,13 @@ def train_head(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, 
             if step >= max_steps or stopper.should_stop:
                 break
     bar.close()
-    load_trained(model, best)
+    load_trainable_state(model, best)
     return {
         "steps": step, "best_step": best_step, "stopped_early": stopper.should_stop,
         "best_dev_spearman": stopper.best, "train_items": len(records), "states_seconds": round(states_seconds, 1),
         "train_seconds": round(time.time() - started - states_seconds, 1), "history": history,
         "dev": dev_spearman(model, dev, dev_states, dev_owner, layer), "top_layers": stage.get("top_layers") or 0,
     }
-
-
-def load_trained(model, state: dict[str, torch.Tensor]) -> None:
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in state.items():
-            params[name].copy_(value)
 
 
 def train_curriculum_frozen(cfg: dict, model, tokenizer, accelerator, run_dir: Path, resume: bool, log):
@@ -169,7 +163,9 @@ def train_curriculum_frozen(cfg: dict, model, tokenizer, accelerator, run_dir: P
         if name in progress["stages"]:  # finished before an interruption
             model.score_head.load_state_dict(load_file(folder / "head.safetensors"))
             if (folder / "adapters.safetensors").exists():
-                load_trained(model, load_file(folder / "adapters.safetensors"))
+                unexpected = model.load_state_dict(load_file(folder / "adapters.safetensors"), strict=False).unexpected_keys
+                if unexpected:
+                    raise SystemExit(f"{folder / 'adapters.safetensors'}: adapters this model does not have: {unexpected[:3]}")
             continue
         log({"event": "stage_start", "stage": name, "counts": {s: len(r) for s, r in data.items()}})
         summary = train_head(name, stage, data, model, tokenizer, cfg, layer_cache if k else cache, log)
