@@ -100,7 +100,8 @@ def run(cfg: dict, resume: bool = False) -> dict:
     model, tokenizer = build_model(cfg)
     if cfg["training"]["gradient_checkpointing"]:
         model.activation_checkpointing_enable()
-    model = add_lora(model, cfg)
+    if not cfg["training"]["frozen_backbone"]:  # a frozen backbone's stages put LoRA on its top layers only
+        model = add_lora(model, cfg)
     # judge: what scores the final evaluation when it is not the final model (a frozen backbone's cached states)
     curriculum = train_curriculum_frozen if cfg["training"]["frozen_backbone"] else train_curriculum
     progress, last_data, judge = curriculum(cfg, model, tokenizer, accelerator, run_dir, resume, log)

@@ -105,10 +105,9 @@ def init_head_from_verdict(model, tokenizer, folder: str, verdict_tokens: list[s
 
 
 def add_lora(model, cfg: dict):
-    """The model with LoRA adapters (`cfg["lora"]`) and its head trained fully; unchanged when LoRA is off or the
-    backbone frozen (its stages put adapters on the top layers only: training/top_layers.py)."""
+    """The model with LoRA adapters (`cfg["lora"]`) and its head trained fully; unchanged when LoRA is off."""
     lora = cfg["lora"]
-    if not lora["enabled"] or cfg["training"]["frozen_backbone"]:
+    if not lora["enabled"]:
         return model
     from peft import LoraConfig, get_peft_model
 

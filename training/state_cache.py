@@ -77,7 +77,7 @@ class StateCache:
             write_json_atomic(identity, {"fingerprint": self.fingerprint, "backbone": model.backbone.config.to_dict(),
                                          "dtype": str(model.backbone.dtype), "torch": torch.__version__, "layer": layer})
         self.chunk_records = chunk_records
-        self.index: dict[bytes, torch.Tensor] = {}
+        self.index: dict[bytes, torch.Tensor | list[torch.Tensor]] = {}  # pooled: (V, H); a layer's: V x (tokens, H)
         for shard in sorted(self.folder.glob("shard-*.safetensors")):
             self._load(shard)
 
