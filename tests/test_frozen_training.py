@@ -106,14 +106,21 @@ def write_split(path, n, seed):
     return str(path)
 
 
-def test_a_frozen_run_trains_the_head_resumes_and_saves_an_orca_model(tmp_path):
-    files = {s: write_split(tmp_path / f"{s}.jsonl", n, k) for k, (s, n) in enumerate((("train", 64), ("validation", 16), ("test", 16)))}
-    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / "run"), "--lora.enabled", "false",
+def tiny_frozen_run(tmp_path, train_items: int, overrides: list[str], stages: dict) -> tuple[dict, dict]:
+    """(run config, split files) of a frozen-backbone run on tiny-llama under tmp_path: `stages` (name -> keys
+    besides the files) all on the same generated train/validation/test files."""
+    files = {s: write_split(tmp_path / f"{s}.jsonl", n, k) for k, (s, n) in enumerate((("train", train_items), ("validation", 16), ("test", 16)))}
+    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / "run"),
                                  "--training.frozen_backbone", "true", "--training.state_cache", str(tmp_path / "states"),
-                                 "--training.eval_every", "5", "--training.log_every", "1"])
-    cfg["stages"] = {"s1": {"files": files, "max_steps": 10, "lr": 1e-2, "max_items": 32},
-                     "s3": {"files": files, "max_steps": 20, "lr": 1e-2}}
+                                 "--training.log_every", "1", *overrides])
+    cfg["stages"] = {name: {"files": files, **keys} for name, keys in stages.items()}
     cfg["test"]["compare_reference_modes"] = False
+    return cfg, files
+
+
+def test_a_frozen_run_trains_the_head_resumes_and_saves_an_orca_model(tmp_path):
+    cfg, files = tiny_frozen_run(tmp_path, 64, ["--lora.enabled", "false", "--training.eval_every", "5"],
+                                 {"s1": {"max_steps": 10, "lr": 1e-2, "max_items": 32}, "s3": {"max_steps": 20, "lr": 1e-2}})
     before = {k: v.clone() for k, v in tiny_llama_orca()[0].backbone.state_dict().items()}
     results = train.run(cfg)
     assert results["stages"]["s1"]["train_items"] == 32 and results["stages"]["s3"]["train_items"] == 64

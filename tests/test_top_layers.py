@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from conftest import tiny_llama_orca
-from test_frozen_training import RECORDS, write_split
+from test_frozen_training import RECORDS, tiny_frozen_run
 
 import train
 from dataset_builder.configs import default_data_dir
@@ -164,14 +164,8 @@ def test_a_run_with_top_layers_trains_resumes_and_saves_an_ordinary_model(tmp_pa
     import training.frozen
 
     monkeypatch.setattr(training.frozen, "EarlyStopping", LastIsBest)
-    files = {s: write_split(tmp_path / f"{s}.jsonl", n, k) for k, (s, n) in enumerate((("train", 48), ("validation", 16), ("test", 16)))}
-    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--run_dir", str(tmp_path / "run"),
-                                 "--training.frozen_backbone", "true", "--training.state_cache", str(tmp_path / "states"),
-                                 "--lora.r", "4", "--lora.alpha", "4", "--stages.s3.top_layers", "1",
-                                 "--training.eval_every", "4", "--training.log_every", "1"])
-    cfg["stages"] = {"s1": {"files": files, "max_steps": 6, "lr": 1e-2, "max_items": 32},
-                     "s3": {"files": files, "max_steps": 8, "lr": 1e-2, "top_layers": 1}}
-    cfg["test"]["compare_reference_modes"] = False
+    cfg, files = tiny_frozen_run(tmp_path, 48, ["--lora.r", "4", "--lora.alpha", "4", "--stages.s3.top_layers", "1", "--training.eval_every", "4"],
+                                 {"s1": {"max_steps": 6, "lr": 1e-2, "max_items": 32}, "s3": {"max_steps": 8, "lr": 1e-2, "top_layers": 1}})
     before = {k: v.clone() for k, v in tiny_llama_orca()[0].backbone.state_dict().items()}
     results = train.run(cfg)
     assert results["stages"]["s3"]["top_layers"] == 1 and results["stages"]["s1"]["top_layers"] == 0

@@ -59,7 +59,7 @@ def trained_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def train_head(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, cache: StateCache, log) -> dict:
+def train_stage(name: str, stage: dict, data: dict, model, tokenizer, cfg: dict, cache: StateCache, log) -> dict:
     """One stage on cached states (pooled; with `cache.layer`, each token's after that layer: the adapters above
     it train too); the model ends holding the stage's best weights. Returns the stage's summary."""
     t, seed, layer = cfg["training"], cfg["seed"], cache.layer
@@ -168,7 +168,7 @@ def train_curriculum_frozen(cfg: dict, model, tokenizer, accelerator, run_dir: P
                     raise SystemExit(f"{folder / 'adapters.safetensors'}: adapters this model does not have: {unexpected[:3]}")
             continue
         log({"event": "stage_start", "stage": name, "counts": {s: len(r) for s, r in data.items()}})
-        summary = train_head(name, stage, data, model, tokenizer, cfg, layer_cache if k else cache, log)
+        summary = train_stage(name, stage, data, model, tokenizer, cfg, layer_cache if k else cache, log)
         summary["counts"] = {split: len(records) for split, records in data.items()}
         folder.mkdir(parents=True, exist_ok=True)
         save_file({key: v.contiguous() for key, v in model.score_head.state_dict().items()}, folder / "head.safetensors")
@@ -178,9 +178,6 @@ def train_curriculum_frozen(cfg: dict, model, tokenizer, accelerator, run_dir: P
         progress["stages"][name] = summary
         write_json_atomic(progress_path, progress)
         log({"event": "stage_end", "stage": name, "dev": summary["dev"]})
-    for p in model.parameters():
-        p.requires_grad_(False)
-    model.score_head.requires_grad_(True)
     if top:  # the adapters folded into the top layers' weights: the final model is an ordinary one
         model.backbone = adapted.merge_and_unload()
         return progress, data, CachedStatesJudge(model, layer_cache)
