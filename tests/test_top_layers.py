@@ -190,6 +190,7 @@ def test_a_run_with_top_layers_trains_resumes_and_saves_an_ordinary_model(tmp_pa
     (["--training.frozen_backbone", "true", "--lora.enabled", "false", "--stages.s3.top_layers", "2"], "set lora.enabled true"),
     (["--training.frozen_backbone", "true", "--stages.s2.top_layers", "1", "--stages.s3.top_layers", "2"], "different top_layers"),
     (["--training.frozen_backbone", "true", "--stages.s2.top_layers", "2"], "head-only stage follows"),
+    (["--training.frozen_backbone", "true", "--stages.s3.top_layers", "2", "--lora.target_modules", "q_proj"], "list of module names"),
 ])
 def test_top_layers_that_cannot_work_are_refused(overrides, message):
     with pytest.raises(SystemExit, match=message):

@@ -300,6 +300,9 @@ def check_top_layers(config: dict) -> None:
                          "for LoRA on the top layers")
     if tops and not lora:
         raise SystemExit("stages.NAME.top_layers trains LoRA adapters: set lora.enabled true")
+    targets = config["lora"]["target_modules"]
+    if tops and isinstance(targets, str) and targets != "auto":  # training/top_layers.py joins names into its own regex
+        raise SystemExit(f"stages.NAME.top_layers needs lora.target_modules as a list of module names or auto, got {targets!r}")
     if len(set(tops)) > 1:
         raise SystemExit(f"stages set different top_layers {dict(stages)}: use one value")
     first = next((i for i, (_, k) in enumerate(stages) if k), len(stages))

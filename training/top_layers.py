@@ -16,6 +16,7 @@ the adapters trained in the top view are the backbone's. Causal decoders with a 
 from __future__ import annotations
 
 import copy
+import re
 
 import torch
 from torch import nn
@@ -116,6 +117,7 @@ def add_top_lora(model, cfg: dict, k: int):
     lora, layers = cfg["lora"], num_layers(model)
     # a regex on the backbone's own module names ("layers.27.mlp.up_proj"): peft's layers_to_transform looks for
     # the layers under a parent module, which the bare backbone does not have
-    pattern = rf"layers\.({'|'.join(map(str, range(layers - k, layers)))})\..*\b({'|'.join(lora_targets(model, lora))})"
+    targets = "|".join(map(re.escape, lora_targets(model, lora)))
+    pattern = rf"layers\.({'|'.join(map(str, range(layers - k, layers)))})\..*\b({targets})"
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=pattern)
     return get_peft_model(model.backbone, peft_config)
