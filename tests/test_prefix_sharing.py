@@ -3,6 +3,7 @@ equal those of scoring every input on its own row (within 1e-5), on tiny random 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -100,6 +101,27 @@ def test_small_rows_and_token_budgets_split_groups_exactly(smollm2_tokenizer):
     model.share_row_tokens = 40  # a question's answers over several rows
     for budget in (1, 64, 10_000):
         assert_same(model.predict(recs, smollm2_tokenizer, max_batch_tokens=budget), plain)
+
+
+@pytest.mark.parametrize(
+    "shape, expected",
+    [
+        (dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, intermediate_size=1536), 256),  # SmolLM2
+        (dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960), 512),  # Qwen2.5-1.5B
+        (dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64), 128),  # tiny
+    ],
+)
+def test_rows_stop_where_attention_costs_a_tenth_of_the_linear_layers(shape, expected):
+    """The row length `predict` shares prefixes in, against the rule worked out from the shapes in float64."""
+    from transformers import LlamaConfig
+
+    with torch.device("meta"):  # the shapes only
+        model = OrcaForCorrectnessDistribution(OrcaConfig(backbone_config=LlamaConfig(vocab_size=1000, **shape)))
+    h, layers, heads, kv, inter = (shape[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size"))
+    linear = layers * (2 * h * h + 2 * h * (h // heads * kv) + 3 * h * inter)  # q, o; k, v; gate, up, down
+    longest = 0.1 * 2.0 * linear / (4.0 * h * layers)  # attention over this many keys = a tenth of the linear FLOPs
+    rule = min(512, max(128, 2 ** int(np.floor(np.log2(longest)))))
+    assert model.share_row_tokens == rule == expected
 
 
 def test_the_deprecated_batch_size_warns_and_equals_its_token_budget(smollm2_tokenizer, monkeypatch):
