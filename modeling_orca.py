@@ -172,7 +172,7 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         batch). Every token of a row is scored against all of the row's keys, masked or not: longer rows merge more
         questions (fewer tokens to compute), shorter ones spend less on attention. A row stops where attention over
         it would cost a tenth of a token's linear layers (4 x width x layers x row <= 2 x linear weights / 10), a
-        power of two from 128 to 512: SmolLM2 and Gemma 3 270M get 256 (SmolLM2 7 % faster than at 512), the
+        power of two from 128 to 512: SmolLM2 and Gemma 3 270M get 256 (SmolLM2 5-8 % faster than at 512), the
         Qwen2.5-1.5B judge 512 (at 256 it would compute 14 % more tokens; docs/performance.md, CPU round 11)."""
         config = self.backbone.config.get_text_config()
         heads, layers = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
