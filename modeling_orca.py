@@ -27,12 +27,12 @@ from transformers.utils import ModelOutput, logging
 try:  # loaded by transformers from a Hub snapshot: the other files sit beside this one
     from .configuration_orca import OrcaConfig
     from .heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
-    from .packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
+    from .packing_orca import padded_batches, prefix_tree_batches, share_row_tokens, tree_attention_mask
     from .processing_orca import distinct_inputs, format_input, record_variants, set_pad_token
 except ImportError:  # imported from the repository / an installed package
     from configuration_orca import OrcaConfig
     from heads_orca import HEADS, beta_bin_probs, betainc, head_for, rating_to_unit, unit_to_rating
-    from packing_orca import padded_batches, prefix_tree_batches, tree_attention_mask
+    from packing_orca import padded_batches, prefix_tree_batches, share_row_tokens, tree_attention_mask
     from processing_orca import distinct_inputs, format_input, record_variants, set_pad_token
 
 logger = logging.get_logger(__name__)
@@ -164,26 +164,8 @@ class OrcaForCorrectnessDistribution(OrcaPreTrainedModel):
         self._backbone_kwargs = {"use_cache": False} if "use_cache" in params else {}
         self._backbone_takes_position_ids = "position_ids" in params
         self._saving_through_pipeline = False
-        self.share_row_tokens = self._share_row_tokens()
+        self.share_row_tokens = share_row_tokens(self.backbone)  # most tokens of a prefix-tree row in `predict`
         self.post_init()
-
-    def _share_row_tokens(self) -> int:
-        """Most tokens of one prefix-tree row in `predict` (the tries of one or more questions, never more than the
-        batch). Every token of a row is scored against all of the row's keys, masked or not: longer rows merge more
-        questions (fewer tokens to compute), shorter ones spend less on attention. A row stops where attention over
-        it would cost a tenth of a token's linear layers (4 x width x layers x row <= 2 x linear weights / 10), a
-        power of two from 128 to 512: SmolLM2 and Gemma 3 270M get 256 (SmolLM2 5-8 % faster than at 512), the
-        Qwen2.5-1.5B judge 512 (at 256 it would compute 14 % more tokens; docs/performance.md, CPU round 11)."""
-        config = self.backbone.config.get_text_config()
-        heads, layers = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
-        if not heads or not layers:  # no attention to weigh against the linear layers
-            return 512
-        width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
-        linear = sum(m.weight.numel() for m in self.backbone.modules() if isinstance(m, nn.Linear))
-        rows = 128
-        while rows < 512 and 4 * width * layers * (2 * rows) <= 2 * linear / 10:  # the next size still fits
-            rows *= 2
-        return rows
 
     def get_input_embeddings(self):
         return self.backbone.get_input_embeddings()

@@ -9,8 +9,9 @@ of what each answer sends it. With dropout on, a shared token gets one dropout m
 it instead of one each: the same distribution, not the same numbers.
 
 What the model and training use: `padded_batches` and `prefix_tree_batches` (scoring: batches of up to a token
-budget, longest first), `pack_prefix_tree` (training batches) and `tree_attention_mask` (the backbone's 4D mask
-for prefix-tree rows, in `forward`). Nothing here changes process-wide settings.
+budget, longest first; `share_row_tokens`: how long a row may be), `pack_prefix_tree` (training batches) and
+`tree_attention_mask` (the backbone's 4D mask for prefix-tree rows, in `forward`). Nothing here changes process-wide
+settings.
 """
 
 from __future__ import annotations
@@ -179,6 +180,25 @@ def prefix_tree_batches(token_ids: list[list[int]], pad_token_id: int, budget: i
         yield inputs, packed
 
 
+def share_row_tokens(backbone) -> int:
+    """Most tokens of one prefix-tree row in `predict` (the tries of one or more questions, never more than the
+    batch). Every token of a row is scored against all of the row's keys, masked or not: longer rows merge more
+    questions (fewer tokens to compute), shorter ones spend less on attention. A row stops where attention over it
+    would cost a tenth of a token's linear layers (4 x width x layers x row <= 2 x linear weights / 10), a power of
+    two from 128 to 512: SmolLM2 and Gemma 3 270M get 256 (SmolLM2 5-8 % faster than at 512), the Qwen2.5-1.5B judge
+    512 (at 256 it would compute 14 % more tokens; docs/performance.md, CPU round 11)."""
+    config = backbone.config.get_text_config()
+    heads, layers = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
+    if not heads or not layers:  # no attention to weigh against the linear layers
+        return 512
+    width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
+    linear = sum(m.weight.numel() for m in backbone.modules() if isinstance(m, torch.nn.Linear))
+    rows = 128
+    while rows < 512 and 4 * width * layers * (2 * rows) <= 2 * linear / 10:  # the next size still fits
+        rows *= 2
+    return rows
+
+
 def tree_attention_mask(mask: torch.Tensor, position_ids: torch.Tensor, backbone_config, dtype: torch.dtype):
     """The backbone's attention mask for prefix-tree rows: `mask` (R, 1, L, L) bool, as a 4D mask (boolean for
     sdpa, additive for eager), which transformers passes to every layer as it is. A sliding window (Gemma 2/3,
@@ -207,6 +227,7 @@ __all__ = [
     "padded_batches",
     "prefix_tree_batches",
     "prefix_tree_rows",
+    "share_row_tokens",
     "token_batches",
     "tree_attention_mask",
 ]
