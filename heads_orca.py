@@ -81,6 +81,7 @@ class OrcaHead:
     and NLL are float32 (the logits are cast), calibration float64."""
 
     has_variance = True  # False: the head predicts a mean only (variance and probs None), so there is no clamping
+    logit_per_rating = False  # True: output k is the logit of rating rating_min + k (a softmax over them)
 
     def __init__(self, config):
         self.config = config
@@ -154,6 +155,8 @@ class BetaHead(OrcaHead):
 
 class MultinomialHead(OrcaHead):
     """z = one logit per rating, a categorical distribution over rating_min..rating_max."""
+
+    logit_per_rating = True
 
     @property
     def num_outputs(self):

@@ -144,10 +144,9 @@ def test_frozen_backbone_with_lora_is_refused():
         load_run_config(None, ["--model.backbone", "tiny-llama", "--training.frozen_backbone", "true"])
 
 
-@pytest.mark.parametrize("score_type", ["bernoulli", "multinomial", "beta"])
-def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type):
-    """model.head_init: verdict. The Bernoulli head's mean is 1 + 4 P(yes | yes or no) of the causal LM at the last
-    token (computed here with its LM head, an independent path); the other heads rank the records the same way."""
+def verdict_model(tmp_path, score_type: str, verdict_tokens: list[str]):
+    """(the tiny causal LM, the ORCA model on it with its head from `verdict_tokens`, the tokenizer, the records'
+    token ids as the model formats them)."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     from eval_suite.models.backbones import smollm2_path
@@ -161,18 +160,48 @@ def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type)
     lm.save_pretrained(tmp_path / "lm")
     tokenizer.save_pretrained(tmp_path / "lm")
     model, tok = OrcaForCorrectnessDistribution.from_backbone(tmp_path / "lm", score_type=score_type)
-    init_head_from_verdict(model, tok, str(tmp_path / "lm"), ["Yes", "No"])
-    preds = model.predict(RECORDS, tok)
-    yes, no = (tok(w, add_special_tokens=False)["input_ids"][0] for w in ("Yes", "No"))
+    init_head_from_verdict(model, tok, str(tmp_path / "lm"), verdict_tokens)
     ids = encode_fields([input_variants(r, model.config)[0] for r in RECORDS], tok, model.config)
+    return lm, model, tok, ids
+
+
+def lm_next_token_probs(lm, tok, ids, words: list[str]) -> list[list[float]]:
+    """float64 P(word | one of `words`) at each input's last token, from the causal LM's own logits."""
+    word_ids = [tok(w, add_special_tokens=False)["input_ids"][0] for w in words]
     with torch.no_grad():
-        want = [torch.softmax(lm(torch.tensor([i])).logits[0, -1, [yes, no]].double(), 0)[0].item() for i in ids]
-    means = [p["mean"] for p in preds]
-    if score_type == "bernoulli":
-        assert means == pytest.approx([1 + 4 * w for w in want], abs=1e-5)
+        return [torch.softmax(lm(torch.tensor([i])).logits[0, -1, word_ids].double(), 0).tolist() for i in ids]
+
+
+@pytest.mark.parametrize("score_type", ["bernoulli", "multinomial", "beta"])
+def test_the_verdict_head_reads_the_lm_s_own_yes_no_answer(tmp_path, score_type):
+    """model.head_init: verdict. The Bernoulli head's mean is 1 + 4 P(yes | yes or no) of the causal LM at the last
+    token (computed here with its LM head, an independent path); the other heads rank the records the same way."""
     from scipy.stats import spearmanr
 
+    lm, model, tok, ids = verdict_model(tmp_path, score_type, ["Yes", "No"])
+    want = [p[0] for p in lm_next_token_probs(lm, tok, ids, ["Yes", "No"])]
+    means = [p["mean"] for p in model.predict(RECORDS, tok)]
+    if score_type == "bernoulli":
+        assert means == pytest.approx([1 + 4 * w for w in want], abs=1e-5)
     assert spearmanr(means, want).statistic == pytest.approx(1.0)
+
+
+def test_the_digit_verdict_is_the_lm_s_distribution_over_the_ratings(tmp_path):
+    """verdict_tokens "1" ... "5" with the multinomial head: its probabilities are the LM's next-token
+    probabilities of the five digits, renormalised over them (float64, from the LM head)."""
+    digits = ["1", "2", "3", "4", "5"]
+    lm, model, tok, ids = verdict_model(tmp_path, "multinomial", digits)
+    want = lm_next_token_probs(lm, tok, ids, digits)
+    preds = model.predict(RECORDS, tok)
+    for p, w in zip(preds, want):
+        assert p["probs"] == pytest.approx(w, abs=1e-6)
+        assert p["mean"] == pytest.approx(sum((k + 1) * q for k, q in enumerate(w)), abs=1e-5)
+
+
+@pytest.mark.parametrize("score_type", ["bernoulli", "beta"])
+def test_a_verdict_per_rating_needs_a_logit_per_rating(tmp_path, score_type):
+    with pytest.raises(SystemExit, match="a logit per rating"):
+        verdict_model(tmp_path, score_type, ["1", "2", "3", "4", "5"])
 
 
 def test_sample_questions_keeps_whole_questions_in_input_order():

@@ -31,8 +31,8 @@ DEFAULTS: dict[str, Any] = {
         "pooling": "last",
         "orca": {},  # any other OrcaConfig field (template, max_length, reference_mode, ...)
         "dtype": None,  # the backbone's dtype ("bfloat16", "float32"); null: float32
-        # "verdict": the head starts as the backbone's own yes/no answer, its LM-head rows of verdict_tokens
-        # (training/model.py); null: a random head
+        # "verdict": the head starts as the backbone's own answer, its LM-head rows of verdict_tokens: yes and no, or one
+        # token per rating (the digits "1" ... "5", for the multinomial head; training/model.py); null: a random head
         "head_init": None,
         "verdict_tokens": ["Yes", "No"],
     },

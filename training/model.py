@@ -86,21 +86,29 @@ def lm_head_rows(folder: str, model, token_ids: list[int]):
 
 
 def init_head_from_verdict(model, tokenizer, folder: str, verdict_tokens: list[str]) -> None:
-    """The head as the backbone's own verdict: with the input ending where the LM would answer (a chat template's
-    assistant turn), d = logit(yes) - logit(no) = (w_yes - w_no) . h, and the head outputs d times the head's
-    direction that moves the rating up. For the Bernoulli head the mean is then 1 + 4 P(yes | yes or no), the
-    zero-shot reading; for the others a monotone function of it that training starts from."""
+    """The head as the backbone's own verdict, with the input ending where the LM would answer (a chat template's
+    assistant turn). Two tokens (yes, no): d = logit(yes) - logit(no) = (w_yes - w_no) . h, and the head outputs d
+    times the head's direction that moves the rating up; for the Bernoulli head the mean is then 1 + 4 P(yes | yes or
+    no), the zero-shot reading, for the others a monotone function of it that training starts from. One token per
+    rating (e.g. the digits "1" ... "5"), for a head with a logit per rating: those logits are the LM's, so the
+    head's distribution is P(rating k | one of the rating tokens)."""
     import torch
 
     from heads_orca import head_for
 
+    head = head_for(model.config)
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in verdict_tokens]
-    if len(ids) != 2 or any(len(i) != 1 for i in ids):
-        raise SystemExit(f"model.verdict_tokens {verdict_tokens} must be two words of one token each, got ids {ids}")
-    rows = lm_head_rows(folder, model, [ids[0][0], ids[1][0]])  # (2, H)
-    direction = head_for(model.config).shift_direction().float()  # (num_head_outputs,)
+    per_rating = len(ids) == model.config.num_ratings and head.logit_per_rating
+    if (len(ids) != 2 and not per_rating) or any(len(i) != 1 for i in ids):
+        raise SystemExit(f"model.verdict_tokens {verdict_tokens} must be two words (yes, no) or, for a head with a logit "
+                         f"per rating, {model.config.num_ratings} (lowest rating first), each one token; got ids {ids}")  # fmt: skip
+    rows = lm_head_rows(folder, model, [i[0] for i in ids])  # (2 or K, H)
     with torch.no_grad():
-        model.score_head.weight.copy_(direction[:, None] * (rows[0] - rows[1])[None, :])
+        if per_rating:
+            model.score_head.weight.copy_(rows)
+        else:
+            direction = head.shift_direction().float()  # (num_head_outputs,)
+            model.score_head.weight.copy_(direction[:, None] * (rows[0] - rows[1])[None, :])
         model.score_head.bias.zero_()
 
 
