@@ -98,7 +98,7 @@ def init_head_from_verdict(model, tokenizer, folder: str, verdict_tokens: list[s
 
     head = head_for(model.config)
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in verdict_tokens]
-    per_rating = len(ids) == model.config.num_ratings and head.logit_per_rating
+    per_rating = len(ids) != 2 and len(ids) == model.config.num_ratings and head.logit_per_rating  # 2: always yes, no
     if (len(ids) != 2 and not per_rating) or any(len(i) != 1 for i in ids):
         raise SystemExit(f"model.verdict_tokens {verdict_tokens} must be two words (yes, no) or, for a head with a logit "
                          f"per rating, {model.config.num_ratings} (lowest rating first), each one token; got ids {ids}")  # fmt: skip
