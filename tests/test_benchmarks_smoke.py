@@ -243,3 +243,16 @@ def test_bench_dtype_times_a_saved_judge(shared_data, tmp_path):
     assert lines[-1].startswith(f"{tmp_path / 'judge'} float32_items_s=") and "speedup_int8=" in lines[-1]
     result = json.loads(out.read_text())
     assert result["model"] == str(tmp_path / "judge") and set(result["runs"]) == {"float32", "int8"}
+
+
+def test_layer_scan_smoke(shared_data, tmp_path):
+    out = tmp_path / "scan.json"
+    lines = run("layer_scan.py", "--config", "configs/qwen-judge.yaml", "--model.backbone", "tiny-llama", "--train-items", "40",
+                "--eval-items", "30", "--json", str(out), timeout=300)  # fmt: skip
+    assert re.fullmatch(r"best_dev_layer=[12] test_spearman=-?\d\.\d{3} probes=\d\.\d{3} last_layer_test_spearman=-?\d\.\d{3} "
+                        r"last_layer_probes=\d\.\d{3}", lines[-1]), lines[-1]  # fmt: skip
+    top = json.loads(out.read_text())
+    assert top["package"]["name"] == "orca-judge" and top["config"]["model"]["backbone"] == "tiny-llama"
+    assert [row["layer"] for row in top["layers"]] == [1, 2]  # every layer of the 2-layer backbone, one pass
+    assert top["counts"]["train"] <= 40 and top["counts"]["probes"] >= 300
+    assert all(row["C"] in (1e-4, 3e-4, 1e-3, 3e-3, 1e-2) and 0 <= row["probes"] <= 1 for row in top["layers"])

@@ -214,3 +214,67 @@ def test_sample_questions_keeps_whole_questions_in_input_order():
     assert all(r in picked for r in records if r["question_id"] in chosen)  # every answer of a chosen question
     assert sample_questions(records, 15, seed=3) == picked and sample_questions(records, 15, seed=4) != picked
     assert sample_questions(records, None, seed=3) == records
+
+
+def test_backbone_layers_keeps_the_first_layers_and_saves_an_ordinary_shallower_model(tmp_path):
+    """model.backbone_layers: n. The head reads layer n's state after the final norm (here from the uncut model's
+    own hidden states, in float64); the saved judge is n layers deep, holds no weight of the layers cut, and
+    loads and scores as the trained one."""
+    from transformers import AutoModel, AutoTokenizer, Qwen2Config
+
+    from eval_suite.models.backbones import smollm2_path
+    from eval_suite.models.loading import load_model
+    from processing_orca import encode_fields, input_variants
+    from training.model import build_model
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    torch.manual_seed(0)
+    config = Qwen2Config(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=64, vocab_size=len(tokenizer))
+    AutoModel.from_config(config).save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    cfg = load_run_config(None, ["--model.backbone", str(tmp_path / "lm"), "--model.backbone_layers", "2"])
+    model, tok = build_model(cfg)
+    model.eval()
+    assert len(model.backbone.layers) == 2
+    assert model.config.backbone_config.num_hidden_layers == 2 and len(model.config.backbone_config.layer_types) == 2
+
+    uncut = AutoModel.from_pretrained(tmp_path / "lm").eval()
+    ids = encode_fields([input_variants(r, model.config)[0] for r in RECORDS], tok, model.config)
+    want = []
+    with torch.no_grad():
+        for i in ids:
+            hidden = uncut(torch.tensor([i]), output_hidden_states=True).hidden_states[2][0, -1]  # after layer 2
+            z = model.score_head(uncut.norm(hidden[None]))[0].double()  # (5,)
+            want.append(float((torch.softmax(z, 0) * torch.arange(1, 6, dtype=torch.float64)).sum()))
+    got = [p["mean"] for p in model.predict(RECORDS, tok)]
+    assert got == pytest.approx(want, abs=1e-5)
+    full = [p["mean"] for p in build_model(load_run_config(None, ["--model.backbone", str(tmp_path / "lm")]))[0].eval().predict(RECORDS, tok)]
+    assert max(abs(a - b) for a, b in zip(got, full)) > 1e-3  # the third layer mattered: the test can fail
+
+    model.save_pretrained(tmp_path / "judge")
+    tok.save_pretrained(tmp_path / "judge")
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "judge" / "model.safetensors", framework="pt") as fh:
+        assert not [k for k in fh.keys() if ".layers.2." in k]
+    loaded, loaded_tok = load_model(str(tmp_path / "judge"))
+    assert len(loaded.backbone.layers) == 2
+    assert [p["mean"] for p in loaded.predict(RECORDS, loaded_tok)] == pytest.approx(got, abs=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 4])
+def test_backbone_layers_out_of_range_is_refused(n):
+    from training.model import build_model
+
+    cfg = load_run_config(None, ["--model.backbone", "tiny-llama", "--model.backbone_layers", str(n)])
+    with pytest.raises(SystemExit, match=f"backbone_layers is {n}; the backbone has 2 layers"):
+        build_model(cfg)
+
+
+def test_backbone_layers_needs_a_causal_decoder():
+    from training.model import build_model
+
+    cfg = load_run_config(None, ["--model.backbone", "tiny-bert", "--model.backbone_layers", "1"])
+    with pytest.raises(SystemExit, match="causal decoder"):
+        build_model(cfg)

@@ -129,6 +129,28 @@ def test_the_top_layers_on_cached_states_score_as_predict_on_real_backbones(tmp_
     assert [p["mean"] for p in got] == pytest.approx(want, abs=1e-5)
 
 
+def test_pooled_states_by_layer_are_each_layer_s_output_at_the_last_token():
+    """layer_states(pooled_by_layer=True): each input's last-token state after every layer, from prefix-tree rows,
+    twice (a second call must not record a layer twice), equals the hidden states transformers returns for that
+    input alone, unpadded, on an identical model never run through a view (its last one after the final norm)."""
+    from processing_orca import encode_fields, input_variants
+    from training.top_layers import layer_states
+
+    model, tokenizer = tiny_qwen2_orca()
+    model.eval()
+    layer_states(model, tokenizer, RECORDS[:3], num_layers(model), pooled_by_layer=True)
+    states, owner = layer_states(model, tokenizer, RECORDS, num_layers(model), pooled_by_layer=True)
+    assert owner == list(range(len(RECORDS)))  # one input variant per record here
+    reference = tiny_qwen2_orca()[0].backbone.eval()  # the same seed: the same weights
+    ids = encode_fields([input_variants(r, model.config)[0] for r in RECORDS], tokenizer, model.config)
+    with torch.no_grad():
+        for got, i in zip(states, ids):
+            want = reference(input_ids=torch.tensor([i]), output_hidden_states=True).hidden_states  # embeddings, layers
+            assert got.shape == (num_layers(model), model.config.backbone_config.hidden_size)
+            torch.testing.assert_close(got[:-1], torch.stack([h[0, -1] for h in want[1:-1]]), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(reference.norm(got[-1]), want[-1][0, -1], rtol=1e-5, atol=1e-5)
+
+
 def test_caches_of_other_layers_are_other_folders(tmp_path):
     model, tokenizer = tiny_qwen2_orca()
     folders = {StateCache(tmp_path, model, layer=layer).folder for layer in (None, 0, 1, 2)}

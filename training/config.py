@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
         "pooling": "last",
         "orca": {},  # any other OrcaConfig field (template, max_length, reference_mode, ...)
         "dtype": None,  # the backbone's dtype ("bfloat16", "float32"); null: float32
+        # keep only the backbone's first N decoder layers (its final norm stays): the head reads the state after layer
+        # N, and the saved judge is an ordinary model N layers deep (a causal decoder; training/model.py); null: all
+        "backbone_layers": None,
         # "verdict": the head starts as the backbone's own answer, its LM-head rows of verdict_tokens: yes and no, or one
         # token per rating (the digits "1" ... "5", for the multinomial head; training/model.py); null: a random head
         "head_init": None,
@@ -90,7 +93,7 @@ DEFAULTS: dict[str, Any] = {
 
 # the type of each key whose default is None (other keys take the type of their default)
 KEY_TYPES: dict[str, type | tuple] = {
-    "model.backbone": str, "model.revision": str, "model.dtype": str, "model.head_init": str,
+    "model.backbone": str, "model.revision": str, "model.dtype": str, "model.head_init": str, "model.backbone_layers": int,
     "training.state_cache": str, "lora.target_modules": (str, list),
     "training.head_lr": float, "training.max_dev_items": int, "training.checkpoint_every": int,
     "training.report_to": (str, list), "training.max_answers_per_question": int, "test.ood_max_items": int, "test.max_items": int, "data.data_dir": str, "data.release_dir": str, "data.s1_size": int,

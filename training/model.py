@@ -58,14 +58,37 @@ def build_model(cfg: dict):
         model = OrcaForCorrectnessDistribution(
             OrcaConfig(backbone_config=tiny_backbone_config(kind, len(tokenizer)), **orca_kwargs)
         )
+        if m["backbone_layers"] is not None:
+            keep_first_layers(model, m["backbone_layers"])
         return model, set_pad_token(tokenizer, m["backbone"])
     torch.manual_seed(cfg["seed"])  # the head's initialisation
     folder = resolve_backbone(m["backbone"])
     dtype = getattr(torch, m["dtype"]) if m["dtype"] else None
     model, tokenizer = OrcaForCorrectnessDistribution.from_backbone(folder, revision=m["revision"], dtype=dtype, **orca_kwargs)
+    if m["backbone_layers"] is not None:
+        keep_first_layers(model, m["backbone_layers"])
     if m["head_init"] == "verdict":
         init_head_from_verdict(model, tokenizer, folder, m["verdict_tokens"])
     return model, tokenizer
+
+
+def keep_first_layers(model, n: int) -> None:
+    """The backbone cut to its first n decoder layers, in place; its final norm stays, so the head reads layer n's
+    state normalised as the last layer's would be. The backbone's config (the one the ORCA config holds) says n,
+    so the saved judge loads as an ordinary model of that depth and scores at n / L of the cost."""
+    from torch import nn
+
+    backbone = model.backbone
+    if not isinstance(getattr(backbone, "layers", None), nn.ModuleList) or not hasattr(backbone, "norm"):
+        raise SystemExit(f"model.backbone_layers needs a causal decoder with a `layers` list and a final `norm` "
+                         f"(Llama, Qwen2, OLMo 2, Gemma 3); this backbone is {type(backbone).__name__}")
+    if not 0 < n <= len(backbone.layers):
+        raise SystemExit(f"model.backbone_layers is {n}; the backbone has {len(backbone.layers)} layers")
+    backbone.layers = nn.ModuleList(backbone.layers[:n])
+    for config in {id(c): c for c in (backbone.config, model.config.backbone_config)}.values():  # one object or a copy
+        config.num_hidden_layers = n
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:n]
 
 
 def lm_head_rows(folder: str, model, token_ids: list[int]):

@@ -52,10 +52,13 @@ def check_supported(model, k: int) -> None:
 
 
 @torch.inference_mode()
-def layer_states(model, tokenizer, records: list[dict], layer: int, max_batch_tokens: int | None = None):
+def layer_states(model, tokenizer, records: list[dict], layer: int, max_batch_tokens: int | None = None, *,
+                 pooled_by_layer: bool = False):
     """(states, owner): every input variant's hidden states after the backbone's first `layer` layers, one
     (tokens, H) tensor per variant in `model.encode`'s order, and each variant's record. Computed on prefix-tree
-    rows (a question's answers share their prefix; packing_orca), each input's tokens read back along its path."""
+    rows (a question's answers share their prefix; packing_orca), each input's tokens read back along its path.
+    With `pooled_by_layer`, instead its pooled (last) token's state after each of those layers, before the final
+    norm: one (layer, H) tensor per variant (benchmarks/layer_scan.py: which layer a head should read)."""
     from packing_orca import prefix_tree_batches
     from processing_orca import distinct_inputs, record_variants
 
@@ -69,15 +72,26 @@ def layer_states(model, tokenizer, records: list[dict], layer: int, max_batch_to
     out: list[torch.Tensor | None] = [None] * len(keys)
     was_training = model.training
     model.eval()
+    # each layer's output, read by hooks of our own: transformers' output_hidden_states records through hooks that
+    # every view built on these layers adds again, so a second view would record each layer twice
+    outputs: list[torch.Tensor] = []
+    hooks = [layer.register_forward_hook(lambda module, args, out: outputs.append(out[0] if isinstance(out, tuple) else out))
+             for layer in bottom.layers] if pooled_by_layer else []
     try:
         for inputs, batch in prefix_tree_batches(ids, pad_id, budget, groups=groups, max_row_tokens=min(model.share_row_tokens, budget)):
             batch = {k: v.to(model.device) for k, v in batch.items()}
             mask, positions = model._backbone_mask_and_positions(batch["attention_mask"], batch["position_ids"], batch["pool_index"])
+            outputs.clear()
             hidden = bottom(input_ids=batch["input_ids"], attention_mask=mask, position_ids=positions).last_hidden_state  # (R, L, H)
             for (row, node), u in zip(batch["pool_index"].tolist(), inputs):
+                if pooled_by_layer:
+                    out[u] = torch.stack([h[row, node] for h in outputs]).cpu()  # (layer, H)
+                    continue
                 path = batch["attention_mask"][row, 0, node].nonzero()[:, 0]  # its ancestors and itself, parents first
                 out[u] = hidden[row, path].cpu().clone()  # (tokens, H)
     finally:
+        for hook in hooks:
+            hook.remove()
         model.train(was_training)
     return [out[u] for u in which], owner
 
