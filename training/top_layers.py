@@ -75,8 +75,8 @@ def layer_states(model, tokenizer, records: list[dict], layer: int, max_batch_to
     # each layer's output, read by hooks of our own: transformers' output_hidden_states records through hooks that
     # every view built on these layers adds again, so a second view would record each layer twice
     outputs: list[torch.Tensor] = []
-    hooks = [layer.register_forward_hook(lambda module, args, out: outputs.append(out[0] if isinstance(out, tuple) else out))
-             for layer in bottom.layers] if pooled_by_layer else []
+    hooks = [block.register_forward_hook(lambda module, args, output: outputs.append(output[0] if isinstance(output, tuple) else output))
+             for block in bottom.layers] if pooled_by_layer else []
     try:
         for inputs, batch in prefix_tree_batches(ids, pad_id, budget, groups=groups, max_row_tokens=min(model.share_row_tokens, budget)):
             batch = {k: v.to(model.device) for k, v in batch.items()}
