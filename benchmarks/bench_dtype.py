@@ -5,9 +5,12 @@ float32's.
     .venv/bin/python benchmarks/bench_dtype.py --backbone smollm2 --n 1000
     .venv/bin/python benchmarks/bench_dtype.py --backbone qwen2.5-coder-1.5b-instruct --n 100 --json runs/bench_dtype_qwen.json
     .venv/bin/python benchmarks/bench_dtype.py --model runs/qwen-judge/final --dtypes float32,int8 --n 100
+    .venv/bin/python benchmarks/bench_dtype.py --config configs/judge.yaml --dtypes float32 --n 1000
 
 The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in every run.
 `--model` times a trained judge instead (its own template and head), so the differences are those its users see;
+`--config` a training config's judge before training (its backbone, layers and template; the head as training starts
+it): the scoring cost of the judge that config trains, which does not depend on the trained weights;
 its weights and config run on this repository's code, not on the copy of the model files saved with it (a judge
 trained before a change to the scoring path, e.g. `cpu_batch_tokens`, would otherwise be timed on the old path).
 `int8` is not a dtype the package offers: the backbone's linear layers replaced by dynamically quantised int8 ones
@@ -78,9 +81,16 @@ def linear_gflops(size: int, dtype: str) -> float:
 
 
 def load_judge(args, folder: str | None, pooling: str | None, dtype: str):
-    """(model, tokenizer) in `dtype`: the trained judge of `--model`, or the backbone with a seeded head."""
+    """(model, tokenizer) in `dtype`: the trained judge of `--model`, the untrained judge of `--config`, or the
+    backbone with a seeded head."""
     weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)
-    if args.model:
+    if args.config:
+        from training.config import load_run_config
+        from training.model import build_model
+
+        model, tokenizer = build_model(load_run_config(args.config, []))
+        model = model.to(weights).eval()
+    elif args.model:
         from transformers import AutoTokenizer
 
         from modeling_orca import OrcaForCorrectnessDistribution
@@ -106,6 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", default="smollm2", choices=[b for b in BACKBONES if b != "minilm"])
     p.add_argument("--model", default=None, help="a trained judge's folder (or Hub id) instead of --backbone with a seeded head")
+    p.add_argument("--config", default=None, help="a training config: the judge it trains, untrained (the same cost)")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated, float32 first: float32, bfloat16, int8 (default: %(default)s)")
     p.add_argument("--n", type=int, default=1000, help="answers (whole questions, EVOUNA-NQ)")
     p.add_argument("--threads", type=int, default=2)
@@ -118,11 +129,13 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     records = load_records(args.n)
     print(f"{len(records)} answers, {len({r['question'] for r in records})} questions; {args.threads} threads; {load_line()}", flush=True)
-    name = args.model or args.backbone
-    result = {"backbone": None if args.model else args.backbone, "model": args.model, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
+    if args.model and args.config:
+        p.error("--model and --config: one judge at a time")
+    name = args.model or args.config or args.backbone
+    result = {"backbone": None if args.model or args.config else args.backbone, "model": args.model, "config": args.config, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
     means = {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder, pooling = (None, None) if args.model else backbone_folder(args.backbone, Path(tmp))
+        folder, pooling = (None, None) if args.model or args.config else backbone_folder(args.backbone, Path(tmp))
         for dtype in dtypes:
             model, tokenizer = load_judge(args, folder, pooling, dtype)
             model.predict(records[:2], tokenizer)  # warm-up: one-time kernel choices

@@ -245,6 +245,25 @@ def test_bench_dtype_times_a_saved_judge(shared_data, tmp_path):
     assert result["model"] == str(tmp_path / "judge") and set(result["runs"]) == {"float32", "int8"}
 
 
+def test_bench_dtype_times_a_config_before_training(shared_data, tmp_path):
+    """--config: the judge a training config makes, untrained; its layers count (half the layers, half the floor)."""
+    floors = {}
+    for layers in (None, 1):
+        config = tmp_path / f"judge-{layers}.yaml"
+        config.write_text(f"model: {{backbone: tiny-llama, backbone_layers: {'null' if layers is None else layers}}}\n")
+        out = tmp_path / f"dtype-{layers}.json"
+        lines = run("bench_dtype.py", "--config", str(config), "--n", "6", "--gemm-size", "128", "--dtypes", "float32",
+                    "--json", str(out))  # fmt: skip
+        assert lines[-1].startswith(f"{config} float32_items_s="), lines[-1]
+        result = json.loads(out.read_text())
+        assert result["config"] == str(config) and result["backbone"] is None and result["model"] is None
+        floors[layers] = result["runs"]["float32"]["floor_gflop"]
+    assert floors[1] == pytest.approx(floors[None] / 2, rel=1e-9)
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_dtype.py"), "--config", str(config), "--model", "x"], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "--model and --config: one judge at a time" in proc.stderr
+
+
 def test_layer_scan_smoke(shared_data, tmp_path):
     out = tmp_path / "scan.json"
     lines = run("layer_scan.py", "--config", "configs/qwen-judge.yaml", "--model.backbone", "tiny-llama", "--train-items", "40",
