@@ -9,10 +9,11 @@ float32's.
 
 The head is a seeded random one (std 0.05, as bench_scoring.py), so the scores spread; the same head in every run.
 `--model` times a trained judge instead (its own template and head), so the differences are those its users see;
-`--config` a training config's judge before training (its backbone, layers and template; the head as training starts
-it): the scoring cost of the judge that config trains, which does not depend on the trained weights;
 its weights and config run on this repository's code, not on the copy of the model files saved with it (a judge
 trained before a change to the scoring path, e.g. `cpu_batch_tokens`, would otherwise be timed on the old path).
+`--config` times the judge a training config makes, before training (its backbone, layers, template and alias
+settings; the head as training starts it): what the judge that config trains costs to score, which does not depend
+on its trained weights.
 `int8` is not a dtype the package offers: the backbone's linear layers replaced by dynamically quantised int8 ones
 (`torch.ao.quantization.quantize_dynamic`, int8 weights per tensor, activations quantised per batch; deprecated by
 torch in favour of torchao, still in 2.13), measured to see what an int8 path would be worth on CPUs whose
@@ -123,14 +124,14 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-size", type=int, default=1024, help="the GEMM probe's size (default: %(default)s)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.model and args.config:
+        p.error("--model and --config: one judge at a time")
     dtypes = args.dtypes.split(",")
     if dtypes[0] != "float32" or not set(dtypes) <= {"float32", "bfloat16", "int8"} or len(set(dtypes)) != len(dtypes):
         p.error(f"--dtypes {args.dtypes}: float32 first, then any of bfloat16, int8, each once")
     torch.set_num_threads(args.threads)
     records = load_records(args.n)
     print(f"{len(records)} answers, {len({r['question'] for r in records})} questions; {args.threads} threads; {load_line()}", flush=True)
-    if args.model and args.config:
-        p.error("--model and --config: one judge at a time")
     name = args.model or args.config or args.backbone
     result = {"backbone": None if args.model or args.config else args.backbone, "model": args.model, "config": args.config, "n": len(records), "cpu": cpu_bf16_support(), "runs": {}, **run_info(args)}
     means = {}
